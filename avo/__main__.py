@@ -1,0 +1,5 @@
+"""``python -m avo`` runs the CLI."""
+
+from avo.cli import main
+
+main()

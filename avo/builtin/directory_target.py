@@ -1,0 +1,220 @@
+"""Built-in plugin: any folder holding a ``target.yaml`` is a target.
+
+``avo start --target ./my_target`` resolves through :func:`avo_resolve_target`; folders on
+``$AVO_TARGET_PATH`` (``:``-separated) are also listed by name in ``avo targets``. The
+evaluator is the configured command, in any language, run as a child process.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from avo.errors import SpecError
+from avo.hookspecs import hookimpl
+from avo.models import (
+    Direction,
+    EvalOptions,
+    EvalResult,
+    NoiseSpec,
+    ResourceLimits,
+    TargetSpec,
+    parse_duration,
+)
+
+SPEC_FILE = "target.yaml"
+PATH_ENV = "AVO_TARGET_PATH"
+
+
+class _Evaluate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    command: list[str] = Field(min_length=1)
+    timeout: float = 1800.0
+    limits: ResourceLimits = Field(default_factory=ResourceLimits)
+
+    @field_validator("timeout", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> float:
+        return parse_duration(value)
+
+
+class _Baselines(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    command: list[str] = Field(min_length=1)
+    timeout: float = 3600.0
+
+    @field_validator("timeout", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> float:
+        return parse_duration(value)
+
+
+class _Score(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    direction: Direction = "maximize"
+    noise: NoiseSpec = Field(default_factory=NoiseSpec)
+
+
+class _Agent(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    goal: str = ""
+
+
+class _Supervisor(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    stall_limit: int = Field(3, ge=1)
+
+
+class TargetFile(BaseModel):
+    """The schema of ``target.yaml``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    description: str = ""
+    seed: str = "seed"
+    knowledge_base: str | None = "kb"
+    entrypoint: str
+    evaluate: _Evaluate
+    baselines: _Baselines | None = None
+    score: _Score = Field(default_factory=_Score)
+    agent: _Agent = Field(default_factory=_Agent)
+    supervisor: _Supervisor = Field(default_factory=_Supervisor)
+    requirements: list[str] = Field(default_factory=list)
+
+
+def _format_errors(path: Path, exc: ValidationError) -> str:
+    lines = [f"{path}: invalid target spec"]
+    for err in exc.errors():
+        field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        got = err.get("input")
+        shown = f" (got {got!r})" if not isinstance(got, dict) and got is not None else ""
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "missing":
+            msg = "required field is missing"
+        elif err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        lines.append(f"  field '{field}': {msg}{shown}")
+    return "\n".join(lines)
+
+
+def load_target_file(folder: Path) -> TargetFile:
+    """Read and validate ``folder/target.yaml``; errors name the file and the field."""
+    import yaml
+
+    path = folder / SPEC_FILE
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecError(f"{path}: no such file; a directory target needs a {SPEC_FILE}") from None
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise SpecError(f"{path}: expected a mapping of fields (name, entrypoint, evaluate, ...)")
+    try:
+        spec = TargetFile.model_validate(raw)
+    except ValidationError as exc:
+        raise SpecError(_format_errors(path, exc)) from None
+    for field, rel in (("seed", spec.seed), ("knowledge_base", spec.knowledge_base)):
+        if rel is not None and not (folder / rel).is_dir():
+            raise SpecError(f"{path}: field '{field}': folder {folder / rel} does not exist")
+    return spec
+
+
+def spec_from_folder(folder: Path) -> TargetSpec:
+    """The :class:`TargetSpec` of a directory target."""
+    folder = folder.resolve()
+    tf = load_target_file(folder)
+    return TargetSpec(
+        name=tf.name,
+        description=tf.description,
+        entrypoint=tf.entrypoint,
+        direction=tf.score.direction,
+        goal=tf.agent.goal,
+        eval_timeout=tf.evaluate.timeout,
+        baseline_timeout=tf.baselines.timeout if tf.baselines else 3600.0,
+        has_baselines=tf.baselines is not None,
+        limits=tf.evaluate.limits,
+        noise=tf.score.noise,
+        stall_limit=tf.supervisor.stall_limit,
+        requirements=tf.requirements,
+        directory=folder,
+        evaluate_command=tf.evaluate.command,
+        baselines_command=tf.baselines.command if tf.baselines else None,
+        provider="directory",
+    )
+
+
+def _mine(target: TargetSpec) -> TargetFile | None:
+    if target.directory is None:
+        return None
+    return load_target_file(target.directory)
+
+
+def _copy_children(src: Path, dest: Path) -> None:
+    for item in src.iterdir():
+        if item.name in ("__pycache__", ".git"):
+            continue
+        if item.is_dir():
+            shutil.copytree(item, dest / item.name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(item, dest / item.name)
+
+
+@hookimpl
+def avo_targets() -> list[TargetSpec]:
+    specs = []
+    for entry in filter(None, os.environ.get(PATH_ENV, "").split(os.pathsep)):
+        base = Path(entry)
+        folders = [base] if (base / SPEC_FILE).is_file() else sorted(p for p in base.glob("*") if (p / SPEC_FILE).is_file())
+        for folder in folders:
+            try:
+                specs.append(spec_from_folder(folder))
+            except SpecError:
+                continue  # reported when the target is used by path
+    return specs
+
+
+@hookimpl
+def avo_resolve_target(ref: str) -> TargetSpec | None:
+    folder = Path(ref).expanduser()
+    if folder.is_dir() and (folder / SPEC_FILE).is_file():
+        return spec_from_folder(folder)
+    if folder.is_file() and folder.name == SPEC_FILE:
+        return spec_from_folder(folder.parent)
+    return None
+
+
+@hookimpl
+def avo_seed(target: TargetSpec, dest: Path) -> bool | None:
+    tf = _mine(target)
+    if tf is None or target.directory is None:
+        return None
+    _copy_children(target.directory / tf.seed, dest)
+    return True
+
+
+@hookimpl
+def avo_knowledge(target: TargetSpec, dest: Path) -> bool | None:
+    tf = _mine(target)
+    if tf is None or target.directory is None:
+        return None
+    if tf.knowledge_base is not None:
+        _copy_children(target.directory / tf.knowledge_base, dest)
+    return True
+
+
+@hookimpl
+def avo_evaluate(target: TargetSpec, workdir: Path, options: EvalOptions) -> EvalResult | None:
+    if target.directory is None:
+        return None
+    import tempfile
+
+    from avo.evaluation import evaluate_dir
+
+    log_dir = options.log_dir or Path(tempfile.mkdtemp(prefix="avo-eval-"))
+    return evaluate_dir(target, workdir, log_dir / "directory-eval.log", quick=options.quick).result

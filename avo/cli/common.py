@@ -1,0 +1,58 @@
+"""Options and output helpers shared by the command modules."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+RunsDir = Annotated[
+    Path | None,
+    typer.Option("--runs-dir", envvar="AVO_RUNS_DIR", help="Where runs live (default ./runs).", show_default=False),
+]
+RunRef = Annotated[
+    str | None, typer.Option("--run", help="Run id or path (default: the newest run).", show_default=False)
+]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+EXIT_ERROR = 1
+EXIT_BLOCKED = 3
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Print avo's errors as one clear message instead of a traceback."""
+    from avo.errors import AvoError, BlockedError
+
+    try:
+        yield
+    except BlockedError as exc:
+        err.print(f"[bold yellow]blocked:[/] {exc}", markup=True)
+        raise typer.Exit(EXIT_BLOCKED) from None
+    except AvoError as exc:
+        err.print(f"[bold red]error:[/] {exc}", markup=True)
+        raise typer.Exit(EXIT_ERROR) from None
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        raise typer.Exit(130) from None
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def runs_root(runs_dir: Path | None) -> Path:
+    from avo.state import runs_dir as resolve
+
+    return resolve(runs_dir)

@@ -1,0 +1,627 @@
+"""The run engine: start, evaluate, submit, revert, recover. One engine for every driver.
+
+Session mode (CLI, MCP) and unattended mode (``avo evolve``) call these same functions, so
+there is one commit policy and one record. Every mutation happens under the run's lock;
+``run.json`` is the commit point, and a journal lets the next command finish or undo a
+submit that was killed half-way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import stat
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from avo import __version__
+from avo.contract import gain
+from avo.errors import AvoError, BlockedError
+from avo.evaluation import Evaluation, evaluate_dir, measure_baselines
+from avo.integrity import compare, hash_tree
+from avo.lineage import META_DIR, Lineage, diff_fingerprint
+from avo.models import TargetSpec
+from avo.policy import confirm, first_look
+from avo.state import (
+    Baseline,
+    RunOptions,
+    RunPaths,
+    RunState,
+    Version,
+    append_trajectory,
+    list_runs,
+    load_state,
+    read_trajectory,
+    resolve_run,
+    run_lock,
+    save_state,
+    write_json_atomic,
+)
+
+SCORES_FILE = f"{META_DIR}/scores.jsonl"
+NOTES_TEMPLATE = """# NOTES
+
+Scratch memory for this run. avo never resets this file: record what you tried, what
+measured better or worse, and what to try next.
+"""
+
+
+@dataclass
+class Run:
+    """An open run: where it lives, what avo believes, and its lineage."""
+
+    paths: RunPaths
+    state: RunState
+
+    @property
+    def lineage(self) -> Lineage:
+        return Lineage(self.paths.work, self.paths.private / "index")
+
+    def save(self) -> None:
+        save_state(self.paths, self.state)
+
+
+@dataclass
+class EvalReport:
+    """One evaluation of the work tree, as shown to the agent."""
+
+    evaluation: Evaluation
+    tree: str
+    compared_to: Version
+    gain: float | None
+
+
+@dataclass
+class SubmitOutcome:
+    """What a submit did."""
+
+    step: int
+    outcome: str  # accepted | rejected | failed
+    evaluation: Evaluation
+    version: Version | None
+    best: Version
+    reason: str
+    diff_path: Path | None = None
+    supervisor_due: bool = False
+    supervisor_reason: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _evaluator_tree(spec: TargetSpec) -> tuple[Path, set[Path]]:
+    """What counts as the evaluator: a directory target's folder (minus its seed), or the
+    target plugin's package directory."""
+    if spec.directory is not None:
+        from avo.builtin.directory_target import load_target_file
+
+        tf = load_target_file(spec.directory)
+        return spec.directory, {spec.directory / tf.seed}
+    from avo.plugins import plugin_module_dir
+
+    root = plugin_module_dir(spec.provider or "")
+    if root is None:
+        raise AvoError(f"cannot locate the plugin that provides target {spec.name!r}")
+    return root, set()
+
+
+def _hashes(spec: TargetSpec, kb: Path) -> dict[str, dict[str, str]]:
+    root, exclude = _evaluator_tree(spec)
+    return {"evaluator": hash_tree(root, exclude), "kb": hash_tree(kb)}
+
+
+def check_integrity(run: Run) -> None:
+    """Refuse to evaluate when the evaluator or the KB changed after the run started."""
+    root, exclude = _evaluator_tree(run.state.target)
+    compare("evaluator", run.state.hashes.get("evaluator", {}), hash_tree(root, exclude), root)
+    compare("knowledge base", run.state.hashes.get("kb", {}), hash_tree(run.paths.kb), run.paths.kb)
+
+
+def _new_run_id(spec: TargetSpec, root: Path) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = f"{spec.name}-{stamp}"
+    run_id, n = base, 1
+    while (root / run_id).exists() or (root / f".{run_id}.partial").exists():
+        n += 1
+        run_id = f"{base}-{n}"
+    return run_id
+
+
+def _write_avo_eval(paths: RunPaths) -> None:
+    script = (
+        "#!/bin/sh\n"
+        "# f, the scoring function: evaluates this run's work/ and prints a short summary.\n"
+        "# Full output goes to logs/. Every call is recorded in trajectory.jsonl.\n"
+        f'exec "{sys.executable}" -m avo eval --run "$(cd "$(dirname "$0")" && pwd)" "$@"\n'
+    )
+    paths.avo_eval.write_text(script)
+    paths.avo_eval.chmod(paths.avo_eval.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+
+
+def _log_path(paths: RunPaths, label: str) -> Path:
+    return paths.logs / f"{time.strftime('%Y%m%d-%H%M%S')}-{label}.log"
+
+
+def _evaluate_tree(run: Run, tree: str, label: str) -> Evaluation:
+    """Export ``tree`` to a private snapshot and evaluate exactly that."""
+    snap = run.paths.private / "eval" / label
+    shutil.rmtree(snap, ignore_errors=True)
+    run.lineage.export(tree, snap)
+    try:
+        configs = set(run.state.configs) if run.state.configs else None
+        return evaluate_dir(
+            run.state.target, snap, _log_path(run.paths, label),
+            quick=run.state.options.quick, configs=configs, pid_file=run.paths.private / "child.pid",
+        )
+    finally:
+        shutil.rmtree(snap, ignore_errors=True)
+
+
+def _scores_line(v: Version) -> str:
+    return json.dumps({"version": f"v{v.n}", "scalar": v.scalar, "metrics": v.metrics,
+                       "message": v.message, "step": v.step, "time": v.time}) + "\n"
+
+
+def _tags(state: RunState) -> dict[str, str]:
+    return {f"v{v.n}": v.sha for v in state.versions}
+
+
+def _commit_message(n: int, message: str, scalar: float, metrics: dict[str, float], target: str) -> str:
+    vector = ", ".join(f"{k}={v:.6g}" for k, v in metrics.items())
+    return f"v{n}: {message.strip() or '(no message)'}\n\navo-target: {target}\navo-scalar: {scalar:.6g}\navo-metrics: {vector}\n"
+
+
+def _usage_add(state: RunState, usage: dict[str, Any] | None) -> None:
+    for key in ("input_tokens", "output_tokens", "cost_usd", "wall_s"):
+        if usage and isinstance(usage.get(key), (int, float)):
+            state.usage[key] = state.usage.get(key, 0) + float(usage[key])
+
+
+# -- opening and recovery ------------------------------------------------------------------
+
+
+def open_run(ref: str | Path | None, runs_root: Path) -> Run:
+    """Open a run (newest when ``ref`` is ``None``) without taking the lock."""
+    paths = resolve_run(ref, runs_root)
+    return Run(paths, load_state(paths))
+
+
+def _kill_orphan_evaluator(paths: RunPaths) -> None:
+    pid_file = paths.private / "child.pid"
+    if not pid_file.exists():
+        return
+    try:
+        os.killpg(int(pid_file.read_text().strip()), signal.SIGKILL)
+    except (ValueError, ProcessLookupError, PermissionError):
+        pass
+    pid_file.unlink(missing_ok=True)
+
+
+def recover(run: Run) -> list[str]:
+    """Bring the run to a consistent state after a kill; restore tags an agent moved.
+
+    Called under the lock at the start of every mutating command. Returns what it did.
+    """
+    notes: list[str] = []
+    paths, state = run.paths, run.state
+    _kill_orphan_evaluator(paths)
+    shutil.rmtree(paths.private / "eval", ignore_errors=True)
+    lineage = run.lineage
+    if paths.journal.exists():
+        try:
+            journal = json.loads(paths.journal.read_text())
+        except (OSError, json.JSONDecodeError):
+            journal = {}
+        step = int(journal.get("step", -1))
+        record = journal.get("record")
+        done = state.steps >= step
+        if done:
+            if journal.get("kind") == "accept":
+                lineage.move_branch(state.best_version.sha)
+            else:
+                lineage.reset_hard(state.best_version.sha)
+            ids = {r.get("id") for r in read_trajectory(paths)[-5:]}
+            if record and record.get("id") not in ids:
+                append_trajectory(paths, record)
+            notes.append(f"finished recording step {step} interrupted after its decision")
+        else:
+            if journal.get("kind") == "accept":
+                lineage.move_branch(state.best_version.sha)  # the work tree keeps the candidate
+            diff_path = journal.get("diff_path")
+            if diff_path:
+                Path(diff_path).unlink(missing_ok=True)
+            append_trajectory(paths, {"kind": "interrupted", "id": f"interrupted-{step}", "step": step,
+                                      "note": "a submit was killed before its decision was recorded; "
+                                              "the candidate is still in work/"})
+            notes.append(f"a submit of step {step} was interrupted before its decision; "
+                         "the candidate is back in work/ uncommitted")
+        paths.journal.unlink(missing_ok=True)
+    missing = [f"v{v.n}" for v in state.versions if not lineage.has_commit(v.sha)]
+    if missing:
+        raise AvoError(
+            f"the lineage in {paths.work} lost accepted commits {missing} (objects deleted). "
+            "The record in run.json still lists them; restore work/.git from a backup."
+        )
+    repaired = lineage.set_tags(_tags(state))
+    if repaired:
+        notes.append(f"restored tags from the record: {', '.join(repaired)}")
+    return notes
+
+
+# -- start -----------------------------------------------------------------------------------
+
+
+def _parse_from(ref: str) -> tuple[str, int | None]:
+    match = re.match(r"^(.*):v(\d+)$", ref)
+    if match:
+        return match.group(1), int(match.group(2))
+    return ref, None
+
+
+def start_run(
+    target_ref: str | None,
+    runs_root: Path,
+    *,
+    max_steps: int | None = None,
+    quick: bool = False,
+    stall_limit: int | None = None,
+    failure_limit: int = 3,
+    from_ref: str | None = None,
+    progress: Any = None,
+) -> Run:
+    """Create a run: seed, KB, evaluate x_0 (the gate must pass), baselines, commit ``v0``."""
+    from avo.plugins import find_target, get_plugin_manager
+
+    say = progress or (lambda msg: None)
+    source: Run | None = None
+    source_version: Version | None = None
+    if from_ref is not None:
+        src_ref, n = _parse_from(from_ref)
+        source = open_run(src_ref, runs_root)
+        source_version = source.state.best_version if n is None else next(
+            (v for v in source.state.versions if v.n == n), None)
+        if source_version is None:
+            raise AvoError(f"run {source.state.id} has no version v{n}; it has v0..v{len(source.state.versions) - 1}")
+    if target_ref is None and source is None:
+        raise AvoError("say which target to start: --target NAME|PATH (or --from RUN[:vN])")
+    spec = find_target(target_ref) if target_ref is not None else source.state.target  # type: ignore[union-attr]
+
+    runs_root.mkdir(parents=True, exist_ok=True)
+    run_id = _new_run_id(spec, runs_root)
+    partial = runs_root / f".{run_id}.partial"
+    paths = RunPaths(partial.resolve())
+    for d in (paths.work, paths.kb, paths.rejected, paths.supervisor, paths.logs, paths.private):
+        d.mkdir(parents=True)
+    hook = get_plugin_manager().hook
+    if source is not None and source_version is not None:
+        source.lineage.export(source_version.sha, paths.work)
+        shutil.rmtree(paths.work / META_DIR, ignore_errors=True)
+        origin = f"{source.state.id}:v{source_version.n}"
+        say(f"seeded from {origin}")
+    else:
+        if hook.avo_seed(target=spec, dest=paths.work) is None:
+            raise AvoError(f"no installed plugin writes the seed of target {spec.name!r}")
+        origin = None
+    hook.avo_knowledge(target=spec, dest=paths.kb)
+    paths.notes.write_text(NOTES_TEMPLATE)
+    options = RunOptions(
+        max_steps=max_steps, quick=quick, failure_limit=failure_limit,
+        stall_limit=stall_limit or spec.stall_limit, noise=spec.noise,
+    )
+    state = RunState(
+        id=run_id, created=time.time(), avo_version=__version__, target=spec, options=options,
+        hashes=_hashes(spec, paths.kb), origin=origin,
+    )
+    run = Run(paths, state)
+    lineage = run.lineage
+    lineage.init()
+    tree = lineage.snapshot_tree()
+    say(f"evaluating the seed x_0 of {spec.name}{' (quick)' if quick else ''} ...")
+    evaluation = _evaluate_tree(run, tree, "seed")
+    if evaluation.scalar is None:
+        raise AvoError(
+            f"the seed of {spec.name} fails the gate, so there is nothing to evolve from:\n"
+            f"{evaluation.result.error}\nfull log: {evaluation.log_path}"
+        )
+    state.configs = sorted(evaluation.result.metrics) if evaluation.result.primary is None else []
+    state.evaluations = 1
+    if spec.has_baselines or spec.baselines_command:
+        say("measuring baselines ...")
+        for name, ev in measure_baselines(spec, _log_path(paths, "baselines"), quick=quick).items():
+            state.baselines.append(Baseline(name=name, correct=ev.scalar is not None, scalar=ev.scalar,
+                                            metrics=ev.result.metrics, error=ev.result.error))
+    v0 = Version(n=0, sha="", tree="", scalar=evaluation.scalar, metrics=evaluation.result.metrics,
+                 message="seed x_0" if origin is None else f"seed from {origin}", step=0,
+                 time=time.time(), notes=evaluation.result.notes, new_best=True)
+    final_tree = lineage.tree_with_file(tree, SCORES_FILE, _scores_line(v0).encode())
+    sha = lineage.commit_tree(final_tree, None, _commit_message(0, v0.message, v0.scalar, v0.metrics, spec.name))
+    lineage.reset_hard(sha)
+    v0 = v0.model_copy(update={"sha": sha, "tree": final_tree})
+    state.versions.append(v0)
+    lineage.set_tags(_tags(state))
+    save_state(paths, state)
+    append_trajectory(paths, {"kind": "start", "id": "start", "target": spec.name, "origin": origin,
+                              "options": options.model_dump()})
+    append_trajectory(paths, {"kind": "eval", "id": "seed", "step": 0, "tree": tree, "scalar": v0.scalar,
+                              "metrics": v0.metrics, "correct": True, "wall_s": round(evaluation.wall_s, 3),
+                              "log": str(evaluation.log_path.name)})
+    for b in state.baselines:
+        append_trajectory(paths, {"kind": "baseline", "name": b.name, "scalar": b.scalar, "metrics": b.metrics,
+                                  "correct": b.correct, "error": b.error})
+    final = runs_root / run_id
+    partial.rename(final)
+    run = Run(RunPaths(final.resolve()), state)
+    _write_avo_eval(run.paths)
+    return run
+
+
+# -- evaluate ------------------------------------------------------------------------------
+
+
+def evaluate_work(run: Run) -> EvalReport:
+    """Evaluate the current work tree; the lineage does not change."""
+    with run_lock(run.paths):
+        run.state = load_state(run.paths)
+        recover(run)
+        check_integrity(run)
+        tree = run.lineage.snapshot_tree()
+        n = run.state.evaluations + 1
+        evaluation = _evaluate_tree(run, tree, f"eval{n}")
+        best = run.state.best_version
+        g = gain(evaluation.scalar, best.scalar, run.state.target.direction) if evaluation.scalar is not None else None
+        run.state.evaluations = n
+        run.save()
+        append_trajectory(run.paths, {
+            "kind": "eval", "id": f"eval{n}", "step": run.state.steps + 1, "tree": tree,
+            "correct": evaluation.scalar is not None, "scalar": evaluation.scalar,
+            "metrics": evaluation.result.metrics, "error": evaluation.result.error,
+            "gain_vs_best": g, "wall_s": round(evaluation.wall_s, 3), "log": evaluation.log_path.name,
+        })
+        return EvalReport(evaluation, tree, best, g)
+
+
+# -- submit --------------------------------------------------------------------------------
+
+
+def _check_can_step(state: RunState) -> None:
+    if state.supervisor.due:
+        raise BlockedError(
+            f"the supervisor is due ({state.supervisor.reason}). Run `avo supervisor brief`, "
+            "answer it with several concrete, distinct directions, and store the answer with "
+            "`avo supervisor record`; then continue."
+        )
+    left = state.steps_left()
+    if left == 0:
+        raise BlockedError(
+            f"the step budget of this run is spent ({state.steps}/{state.options.max_steps} steps). "
+            f"Continue from its best with `avo start --from {state.id}`."
+        )
+
+
+def _confirm_runs(run: Run, tree: str, first: float) -> tuple[list[float], list[float], list[str]]:
+    """Re-measure candidate and best alternately; failures of either abort the confirmation."""
+    k = run.state.options.noise.confirm_runs
+    cand, best, errors = [first], [], []
+    for i in range(k):
+        b = _evaluate_tree(run, run.state.best_version.sha, f"confirm{i}-best")
+        c = _evaluate_tree(run, tree, f"confirm{i}-cand")
+        if b.scalar is None or c.scalar is None:
+            errors.append((b.result.error if b.scalar is None else c.result.error) or "failed")
+            break
+        best.append(b.scalar)
+        cand.append(c.scalar)
+    return cand, best, errors
+
+
+def _update_supervisor(state: RunState, fingerprint: str | None, outcome: str) -> None:
+    sup = state.supervisor
+    if sup.due:
+        return
+    if fingerprint and outcome != "accepted" and fingerprint in state.rejected_fingerprints:
+        sup.due, sup.reason = True, (
+            f"unproductive cycle: this candidate repeats the diff of rejected step "
+            f"{state.rejected_fingerprints[fingerprint]}")
+    elif state.failures_in_row >= state.options.failure_limit:
+        sup.due, sup.reason = True, f"unproductive cycle: {state.failures_in_row} failed evaluations in a row"
+    elif state.steps_since_best >= state.options.stall_limit:
+        sup.due, sup.reason = True, f"stalled: {state.steps_since_best} steps without a new best"
+
+
+def submit(run: Run, message: str, *, extra: dict[str, Any] | None = None) -> SubmitOutcome:
+    """Evaluate the work tree and apply the commit policy against the best committed score."""
+    with run_lock(run.paths):
+        run.state = load_state(run.paths)
+        notes = recover(run)
+        state, paths, lineage = run.state, run.paths, run.lineage
+        _check_can_step(state)
+        check_integrity(run)
+        best = state.best_version
+        head = lineage.head()
+        if head != best.sha:
+            notes.append(f"work/ HEAD was moved off v{best.n} (agent commits or resets); "
+                         "its content is taken as one candidate")
+        tree = lineage.snapshot_tree()
+        diff = lineage.diff(best.sha, tree)
+        if not diff.strip():
+            raise AvoError(f"nothing to submit: work/ is identical to the best version v{best.n}. "
+                           "Edit the candidate first (or `avo revert` to discard experiments).")
+        step = state.steps + 1
+        evaluation = _evaluate_tree(run, tree, f"step{step}")
+        fingerprint = diff_fingerprint(diff)
+        direction = state.target.direction
+        band = state.options.noise.band
+        reason = ""
+        accepted = new_best = False
+        scalar = evaluation.scalar
+        confirm_info: dict[str, Any] | None = None
+        if scalar is None:
+            outcome = "failed"
+            reason = evaluation.result.error or "failed the gate"
+        else:
+            verdict = first_look(scalar, best.scalar, direction, band)
+            g = gain(scalar, best.scalar, direction)
+            if verdict == "accept":
+                accepted, new_best = True, g > 0
+                reason = f"{'improves' if g > 0 else 'matches'} the best v{best.n} ({g:+.2%})"
+            elif verdict == "reject":
+                reason = f"worse than the best v{best.n} ({g:+.2%})"
+            else:
+                cand_runs, best_runs, errors = _confirm_runs(run, tree, scalar)
+                confirm_info = {"candidate": cand_runs, "best": best_runs}
+                if errors:
+                    reason = f"a confirmation run failed: {errors[0]}"
+                else:
+                    decision = confirm(cand_runs, best_runs, direction, band)
+                    accepted, new_best, scalar, reason = decision.accepted, decision.new_best, decision.scalar, decision.reason
+            outcome = "accepted" if accepted else "rejected"
+
+        state.steps = step
+        state.evaluations += 1
+        _usage_add(state, extra)
+        if state.supervisor.redirect_step is not None and state.supervisor.redirect_step <= step:
+            state.supervisor.pending_redirect = None
+            state.supervisor.redirect_step = None
+        record: dict[str, Any] = {
+            "kind": "submit", "id": f"step{step}", "step": step, "outcome": outcome, "message": message,
+            "tree": tree, "scalar": scalar, "metrics": evaluation.result.metrics,
+            "error": evaluation.result.error, "notes": evaluation.result.notes,
+            "best_before": best.n, "reason": reason, "wall_s": round(evaluation.wall_s, 3),
+            "log": evaluation.log_path.name, "fingerprint": fingerprint,
+        }
+        if confirm_info:
+            record["confirm"] = confirm_info
+        if extra:
+            record["usage"] = extra
+        version: Version | None = None
+        diff_path: Path | None = None
+        if accepted and scalar is not None:
+            n = len(state.versions)
+            version = Version(n=n, sha="", tree="", scalar=scalar, metrics=evaluation.result.metrics,
+                              message=message, step=step, time=time.time(), notes=evaluation.result.notes,
+                              spread=evaluation.result.spread, new_best=new_best)
+            scores = "".join(_scores_line(v) for v in [*state.versions, version])
+            final_tree = lineage.tree_with_file(tree, SCORES_FILE, scores.encode())
+            sha = lineage.commit_tree(final_tree, best.sha,
+                                      _commit_message(n, message, scalar, version.metrics, state.target.name))
+            version = version.model_copy(update={"sha": sha, "tree": final_tree})
+            record["version"] = n
+            write_json_atomic(paths.journal, json.dumps({"kind": "accept", "step": step, "record": record}))
+            lineage.move_branch(sha)
+            # Keep the work tree's copy of the score file in step with the commit.
+            (paths.work / META_DIR).mkdir(exist_ok=True)
+            (paths.work / SCORES_FILE).write_text(scores)
+            state.versions.append(version)
+            state.best = n
+            state.failures_in_row = 0
+            state.steps_since_best = 0 if new_best else state.steps_since_best + 1
+            lineage.set_tags(_tags(state))
+            _update_supervisor(state, None, outcome)
+            save_state(paths, state)  # the commit point
+            append_trajectory(paths, record)
+            paths.journal.unlink(missing_ok=True)
+        else:
+            diff_path = paths.rejected / f"step{step:04d}-{outcome}.diff"
+            header = f"# step {step} {outcome}: {message}\n# {reason}\n"
+            with open(diff_path, "w", encoding="utf-8") as fh:
+                fh.write(header + diff)
+                fh.flush()
+                os.fsync(fh.fileno())
+            record["diff"] = str(diff_path.relative_to(paths.root))
+            write_json_atomic(paths.journal, json.dumps(
+                {"kind": "reject", "step": step, "record": record, "diff_path": str(diff_path)}))
+            state.failures_in_row = state.failures_in_row + 1 if outcome == "failed" else 0
+            state.steps_since_best += 1
+            _update_supervisor(state, fingerprint, outcome)
+            state.rejected_fingerprints.setdefault(fingerprint, step)
+            save_state(paths, state)  # the commit point
+            lineage.reset_hard(best.sha)
+            lineage.set_tags(_tags(state))
+            append_trajectory(paths, record)
+            paths.journal.unlink(missing_ok=True)
+        if state.supervisor.due:
+            append_trajectory(paths, {"kind": "supervisor_due", "step": step, "reason": state.supervisor.reason})
+        return SubmitOutcome(step, outcome, evaluation, version, state.best_version, reason, diff_path,
+                             state.supervisor.due, state.supervisor.reason, notes)
+
+
+def revert(run: Run) -> Path | None:
+    """Discard the uncommitted experiment (its diff is archived, never lost)."""
+    with run_lock(run.paths):
+        run.state = load_state(run.paths)
+        recover(run)
+        best = run.state.best_version
+        tree = run.lineage.snapshot_tree()
+        diff = run.lineage.diff(best.sha, tree)
+        path = None
+        if diff.strip():
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            path = run.paths.rejected / f"reverted-{stamp}-step{run.state.steps + 1:04d}.diff"
+            path.write_text(f"# reverted before submit (step {run.state.steps + 1})\n" + diff)
+        run.lineage.reset_hard(best.sha)
+        append_trajectory(run.paths, {"kind": "revert", "step": run.state.steps + 1,
+                                      "diff": str(path.relative_to(run.paths.root)) if path else None})
+        return path
+
+
+# -- supervisor ----------------------------------------------------------------------------
+
+
+def record_redirect(run: Run, text: str) -> Path:
+    """Store the supervisor's redirect; it unblocks the run and rides on the next step."""
+    if not text.strip():
+        raise AvoError("the redirect is empty; give several concrete, distinct directions")
+    with run_lock(run.paths):
+        run.state = load_state(run.paths)
+        recover(run)
+        sup = run.state.supervisor
+        k = sup.briefs if sup.briefs else 1
+        path = run.paths.supervisor / f"redirect-{k:03d}.md"
+        n = 1
+        while path.exists():
+            n += 1
+            path = run.paths.supervisor / f"redirect-{k:03d}-{n}.md"
+        path.write_text(text.strip() + "\n")
+        sup.due, sup.reason = False, None
+        sup.pending_redirect = text.strip()
+        sup.redirect_step = run.state.steps + 1
+        run.state.steps_since_best = 0
+        run.state.failures_in_row = 0
+        run.save()
+        append_trajectory(run.paths, {"kind": "supervisor_record", "step": run.state.steps + 1,
+                                      "path": str(path.relative_to(run.paths.root))})
+        return path
+
+
+def write_brief(run: Run) -> tuple[Path, str]:
+    """Write the supervisor's review prompt for the whole trajectory."""
+    from avo.prompts import supervisor_brief
+
+    with run_lock(run.paths):
+        run.state = load_state(run.paths)
+        sup = run.state.supervisor
+        sup.briefs += 1
+        text = supervisor_brief(run)
+        path = run.paths.supervisor / f"brief-{sup.briefs:03d}.md"
+        path.write_text(text)
+        run.save()
+        append_trajectory(run.paths, {"kind": "supervisor_brief", "step": run.state.steps + 1,
+                                      "reason": sup.reason, "path": str(path.relative_to(run.paths.root))})
+        return path, text
+
+
+def all_runs(runs_root: Path) -> list[RunState]:
+    """States of every run under ``runs_root``, oldest first (unreadable ones skipped)."""
+    out = []
+    for paths in list_runs(runs_root):
+        try:
+            out.append(load_state(paths))
+        except AvoError:
+            continue
+    return out

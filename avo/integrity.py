@@ -1,0 +1,43 @@
+"""Fingerprints of the evaluator and the knowledge base, checked before every evaluation."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from avo.errors import IntegrityError
+
+_SKIP_DIRS = {"__pycache__", ".git", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
+_SKIP_SUFFIXES = {".pyc", ".pyo"}
+
+
+def hash_tree(root: Path, exclude: set[Path] | None = None) -> dict[str, str]:
+    """``{relative path: sha256}`` of every file under ``root`` (caches and ``exclude`` skipped)."""
+    exclude = {p.resolve() for p in exclude or set()}
+    out: dict[str, str] = {}
+    if root.is_file():
+        return {root.name: hashlib.sha256(root.read_bytes()).hexdigest()}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if any(part in _SKIP_DIRS for part in rel.parts) or path.suffix in _SKIP_SUFFIXES:
+            continue
+        if any(path.resolve() == e or e in path.resolve().parents for e in exclude):
+            continue
+        if path.is_file():
+            out[rel.as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def compare(kind: str, recorded: dict[str, str], current: dict[str, str], where: Path) -> None:
+    """Raise :class:`IntegrityError` naming the files that differ from the recorded hashes."""
+    if recorded == current:
+        return
+    changed = sorted(k for k in recorded.keys() & current.keys() if recorded[k] != current[k])
+    added = sorted(current.keys() - recorded.keys())
+    removed = sorted(recorded.keys() - current.keys())
+    parts = [f"{label}: {', '.join(names[:5])}" for label, names in
+             (("modified", changed), ("added", added), ("removed", removed)) if names]
+    raise IntegrityError(
+        f"the {kind} changed since this run started ({'; '.join(parts)} under {where}). "
+        f"A run is only honest against the {kind} it started with: restore it, or start a new run."
+    )

@@ -1,0 +1,211 @@
+"""Pydantic models at avo's boundaries: target specs, the evaluator contract, backends.
+
+Every hook argument and return value is one of these, so a plugin author gets validation
+and a schema for free. Run state lives in :mod:`avo.state`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Direction = Literal["maximize", "minimize"]
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def parse_duration(value: str | float | int) -> float:
+    """Seconds from ``90``, ``"90s"``, ``"30m"``, ``"1.5h"`` or ``"2d"``."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration like 90, '90s', '30m' or '2h'")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    else:
+        match = _DURATION.match(value)
+        if not match:
+            raise ValueError(f"expected a duration like 90, '90s', '30m' or '2h', got {value!r}")
+        seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if seconds <= 0 or not math.isfinite(seconds):
+        raise ValueError(f"a duration must be positive, got {value!r}")
+    return seconds
+
+
+class ResourceLimits(BaseModel):
+    """Limits applied to the evaluator's child process (``setrlimit``), ``None`` = unlimited.
+
+    The defaults stop a runaway candidate (fork bomb, memory leak, spinning loop) from
+    taking the machine down while leaving room for real work on a 2-core, 24 GiB box.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    address_space_mb: int | None = Field(16384, gt=0, description="RLIMIT_AS in MiB")
+    cpu_seconds: int | None = Field(3600, gt=0, description="RLIMIT_CPU of the evaluator")
+    processes: int | None = Field(4096, gt=0, description="RLIMIT_NPROC (per user)")
+    open_files: int | None = Field(1024, gt=0, description="RLIMIT_NOFILE")
+
+
+class NoiseSpec(BaseModel):
+    """How noisy a target's scalar is, so acceptance can tell a gain from luck.
+
+    ``band`` is the relative spread of one measurement (0.03 = ±3 %). A candidate whose
+    gain over the best is inside the band is re-measured ``confirm_runs`` times,
+    interleaved with the best version, and the medians decide.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    band: float = Field(0.0, ge=0.0, lt=1.0)
+    confirm_runs: int = Field(3, ge=1, le=50)
+
+
+class TargetSpec(BaseModel):
+    """What a target announces through ``avo_targets`` (or a ``target.yaml``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    description: str = ""
+    entrypoint: str = Field(description="The file the agent evolves, named in prompts")
+    direction: Direction = "maximize"
+    goal: str = Field("", description="What the agent is trying to do and the trade-offs")
+    eval_timeout: float = Field(1800.0, gt=0, description="Seconds before the evaluator is killed")
+    baseline_timeout: float = Field(3600.0, gt=0)
+    has_baselines: bool = False
+    limits: ResourceLimits = Field(default_factory=ResourceLimits)
+    noise: NoiseSpec = Field(default_factory=NoiseSpec)
+    stall_limit: int = Field(3, ge=1, description="Steps without a new best before the supervisor")
+    requirements: list[str] = Field(
+        default_factory=list, description="Import names the evaluator needs (checked by doctor)"
+    )
+    # Set for directory targets: the evaluator is this command, run as the child directly.
+    directory: Path | None = None
+    evaluate_command: list[str] | None = None
+    baselines_command: list[str] | None = None
+    # Filled in by the plugin manager: which plugin serves this target.
+    provider: str | None = None
+
+
+class EvalOptions(BaseModel):
+    """Options passed to ``avo_evaluate`` / ``avo_baselines``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    quick: bool = Field(False, description="A cheaper smoke evaluation (tests, demos)")
+    log_dir: Path | None = Field(None, description="Where the evaluator may write full logs")
+    seed: int | None = None
+
+
+class EvalResult(BaseModel):
+    """The evaluator contract: one JSON object, the last line of the evaluator's stdout.
+
+    ``correct`` is a gate, not a dimension. ``metrics`` is the score vector (one number per
+    benchmark configuration); the scalar is their geometric mean unless ``primary`` is set.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    correct: bool
+    metrics: dict[str, float] = Field(default_factory=dict)
+    error: str | None = None
+    notes: str | None = None
+    primary: float | None = None
+    spread: dict[str, float] | None = None
+
+    @field_validator("metrics")
+    @classmethod
+    def _finite_metrics(cls, metrics: dict[str, float]) -> dict[str, float]:
+        for key, value in metrics.items():
+            if not math.isfinite(value):
+                raise ValueError(f"metric {key!r} is not finite ({value})")
+        return metrics
+
+    @field_validator("primary")
+    @classmethod
+    def _finite_primary(cls, value: float | None) -> float | None:
+        if value is not None and not math.isfinite(value):
+            raise ValueError(f"primary is not finite ({value})")
+        return value
+
+    @model_validator(mode="after")
+    def _gate_consistent(self) -> EvalResult:
+        if self.correct and not self.metrics and self.primary is None:
+            raise ValueError("a correct result needs metrics or a primary scalar")
+        return self
+
+
+class BackendInfo(BaseModel):
+    """What a backend plugin announces through ``avo_backends``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    description: str = ""
+    needs: list[str] = Field(default_factory=list, description="What it needs, in words")
+    available: bool = True
+    reason: str | None = Field(None, description="Why it cannot run here, never a secret")
+    costs_money: bool = False
+    provider: str | None = None
+
+
+class StepRequest(BaseModel):
+    """One variation step handed to ``avo_agent_step``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    run_dir: Path
+    work_dir: Path
+    prompt: str
+    step: int
+    timeout: float = Field(2700.0, gt=0)
+    target: TargetSpec
+    log_path: Path
+    model: str | None = None
+    base_url: str | None = None
+    seed: int | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class StepResult(BaseModel):
+    """What a backend reports after one step. Scores it claims are never used."""
+
+    model_config = ConfigDict(extra="allow")
+
+    status: Literal["ok", "error", "timeout", "interrupted"] = "ok"
+    message: str = Field("", description="The agent's one-line summary, used as commit message")
+    error: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    wall_s: float = 0.0
+
+
+class SupervisorBrief(BaseModel):
+    """A stall review handed to ``avo_supervise``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    run_dir: Path
+    prompt: str
+    reason: str
+    timeout: float = 1200.0
+    log_path: Path
+    model: str | None = None
+    base_url: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class SupervisorAnswer(BaseModel):
+    """The redirect a backend returns for a brief."""
+
+    model_config = ConfigDict(extra="allow")
+
+    redirect: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0

@@ -1,0 +1,53 @@
+"""The commit policy (paper §3.2): pass the gate and match or improve the best committed score.
+
+With a declared noise band, a gain inside the band is not taken on one measurement: the
+candidate and the best version are re-measured alternately and the medians decide. To be
+accepted there the candidate's median must beat the incumbent's by the band's standard
+error (``band / sqrt(runs)``), so a change that is only noise (a new random seed, say)
+does not enter the lineage as progress.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Literal
+
+from avo.contract import gain
+from avo.models import Direction
+
+Verdict = Literal["accept", "reject", "confirm"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    accepted: bool
+    new_best: bool
+    scalar: float
+    reason: str
+
+
+def first_look(candidate: float, best: float, direction: Direction, band: float) -> Verdict:
+    """Decide on one measurement, or ask for confirmation when the gain is inside the band."""
+    g = gain(candidate, best, direction)
+    if band <= 0:
+        return "accept" if g >= 0 else "reject"
+    if g > band:
+        return "accept"
+    if g < -band:
+        return "reject"
+    return "confirm"
+
+
+def confirm(candidate_runs: list[float], best_runs: list[float], direction: Direction, band: float) -> Decision:
+    """Medians of interleaved re-measurements decide a gain that was inside the band."""
+    mc, mb = statistics.median(candidate_runs), statistics.median(best_runs)
+    g = gain(mc, mb, direction)
+    threshold = band / math.sqrt(max(1, min(len(candidate_runs), len(best_runs))))
+    if g >= threshold:
+        return Decision(True, True, mc, f"confirmed: median {mc:.6g} vs {mb:.6g} ({g:+.2%}, needed {threshold:+.2%})")
+    return Decision(
+        False, False, mc,
+        f"inside the noise band: median {mc:.6g} vs best re-measured {mb:.6g} ({g:+.2%}, needed {threshold:+.2%})",
+    )

@@ -1,0 +1,211 @@
+"""The variation prompt and the supervisor brief: the whole framework/agent interface.
+
+Readable by a human, compact for an agent: the lineage as a table with per-config scores,
+the last rejected attempts with their errors, the rules, and where everything lives. Full
+logs never go in here; they stay in ``logs/``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from avo.contract import gain
+from avo.state import RunState, Version, read_trajectory
+
+if TYPE_CHECKING:
+    from avo.engine import Run
+
+MAX_CONFIG_COLUMNS = 8
+MAX_LINEAGE_ROWS = 12
+MAX_REJECTED = 5
+MAX_NOTES_LINES = 60
+
+
+def fmt_number(x: float | None) -> str:
+    if x is None:
+        return "—"
+    if x == 0 or 1e-3 <= abs(x) < 1e6:
+        return f"{x:.4g}" if abs(x) < 100 else f"{x:,.1f}"
+    return f"{x:.3e}"
+
+
+def _trim(text: str | None, limit: int = 300) -> str:
+    if not text:
+        return ""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def lineage_table(state: RunState, rows: int = MAX_LINEAGE_ROWS) -> str:
+    """Markdown table of accepted versions with per-config scores and deltas."""
+    configs = state.configs[:MAX_CONFIG_COLUMNS]
+    versions = state.versions
+    shown: list[Version] = versions if len(versions) <= rows else [versions[0], *versions[-(rows - 1):]]
+    head = ["ver", "scalar", "Δ prev", *configs, "message"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    prev: Version | None = None
+    for v in shown:
+        delta = "" if prev is None else f"{gain(v.scalar, prev.scalar, state.target.direction):+.1%}"
+        mark = " ★" if v.n == state.best else ""
+        cells = [f"v{v.n}{mark}", fmt_number(v.scalar), delta, *(fmt_number(v.metrics.get(c)) for c in configs),
+                 _trim(v.message, 70)]
+        lines.append("| " + " | ".join(cells) + " |")
+        prev = v
+    if len(state.configs) > MAX_CONFIG_COLUMNS:
+        lines.append(f"({len(state.configs) - MAX_CONFIG_COLUMNS} more configs in .avo/scores.jsonl)")
+    return "\n".join(lines)
+
+
+def _kb_index(run: Run) -> str:
+    entries = []
+    for path in sorted(run.paths.kb.rglob("*")):
+        if not path.is_file():
+            continue
+        title = ""
+        if path.suffix in (".md", ".txt", ".rst"):
+            for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+                if line.strip():
+                    title = line.strip().lstrip("#").strip()
+                    break
+        entries.append(f"- kb/{path.relative_to(run.paths.kb).as_posix()}" + (f" — {title}" if title else ""))
+    return "\n".join(entries) or "(empty)"
+
+
+def _rejected(records: list[dict[str, Any]], limit: int = MAX_REJECTED) -> str:
+    rows = [r for r in records if r.get("kind") == "submit" and r.get("outcome") != "accepted"][-limit:]
+    if not rows:
+        return "(none yet)"
+    out = []
+    for r in rows:
+        what = f"error: {_trim(r.get('error'), 240)}" if r.get("outcome") == "failed" else (
+            f"scalar {fmt_number(r.get('scalar'))} — {_trim(r.get('reason'), 120)}")
+        out.append(f"- step {r['step']} {r['outcome']}: {_trim(r.get('message'), 100)} → {what}"
+                   + (f" (diff: {r['diff']})" if r.get("diff") else ""))
+    return "\n".join(out)
+
+
+def _baselines(state: RunState) -> str:
+    if not state.baselines:
+        return ""
+    rows = [f"- {b.name}: {fmt_number(b.scalar) if b.correct else 'failed: ' + _trim(b.error, 80)}" for b in state.baselines]
+    return "## Baselines (measured at start)\n" + "\n".join(rows) + "\n\n"
+
+
+def _notes(run: Run) -> str:
+    try:
+        lines = run.paths.notes.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return "(missing)"
+    if len(lines) > MAX_NOTES_LINES:
+        return "\n".join(lines[:MAX_NOTES_LINES]) + f"\n… ({len(lines) - MAX_NOTES_LINES} more lines in NOTES.md)"
+    return "\n".join(lines)
+
+
+def variation_prompt(run: Run) -> str:
+    """The prompt for the next variation step (DESIGN §6 step 1)."""
+    state, paths = run.state, run.paths
+    spec = state.target
+    best = state.best_version
+    step = state.steps + 1
+    budget = f"step {step} of {state.options.max_steps}" if state.options.max_steps else f"step {step}"
+    records = read_trajectory(paths)
+    redirect = ""
+    if state.supervisor.pending_redirect:
+        redirect = (
+            "## Supervisor redirect — a strong prior for this step\n"
+            "A review of the whole trajectory suggested these directions. Pick one (or more) and "
+            "pursue it seriously before returning to your previous line of attack.\n\n"
+            f"{state.supervisor.pending_redirect}\n\n"
+        )
+    seed = state.seed_version
+    over_seed = gain(best.scalar, seed.scalar, spec.direction)
+    sense = "higher is better" if spec.direction == "maximize" else "lower is better"
+    return f"""# avo — {budget} — target `{spec.name}` (run {state.id})
+
+## Goal
+{spec.goal.strip() or spec.description}
+
+Best so far: **v{best.n} = {fmt_number(best.scalar)}** ({over_seed:+.1%} over x_0 = {fmt_number(seed.scalar)}; {sense}).
+The scalar is the geometric mean of the per-config metrics unless the target gives one.
+
+{redirect}## Where things are
+- candidate x_t: `{paths.work}/` — the evolved file is `{spec.entrypoint}`; edit only inside work/
+- knowledge base K (read-only): `{paths.kb}/`
+- evaluate f at will: `{paths.avo_eval}` (short summary; full logs in `{paths.logs}/`)
+- submit when done: `avo submit --run {paths.root} -m "what changed and why"`
+- scratch memory that survives every reset: `{paths.notes}`
+- lineage P_t is git history in work/: `git log --oneline`, `git show v{best.n}:{spec.entrypoint}`, `git diff v0 v{best.n}`
+
+## Rules
+1. Edit only files in work/. Never modify the evaluator, kb/, run.json or the trajectory; a
+   changed evaluator stops the run.
+2. avo scores the candidate itself on submit; a score you report is never used. A candidate
+   is committed only if it passes the correctness gate and matches or beats v{best.n}.
+   Otherwise its diff is archived in rejected/ and work/ is reset to v{best.n}.
+3. Simplicity criterion: all else equal, simpler is better. A tiny gain that adds ugly
+   complexity is not worth it; removing code for an equal score is a win.
+4. Keep output out of your context: avo-eval prints a summary; read the logs only when an
+   evaluation fails and you need the details.
+5. Write what you tried and learned in NOTES.md before you submit; it survives resets.
+
+## Lineage (★ = best)
+{lineage_table(state)}
+
+{_baselines(state)}## Recent rejected or failed attempts
+{_rejected(records)}
+
+## Knowledge base
+{_kb_index(run)}
+
+## NOTES.md
+{_notes(run)}
+"""
+
+
+def supervisor_brief(run: Run) -> str:
+    """The review prompt for a stalled run: whole trajectory, per-config trends, the ask."""
+    state = run.state
+    spec = state.target
+    records = read_trajectory(run.paths)
+    steps = [r for r in records if r.get("kind") == "submit"]
+    rows = ["| step | outcome | scalar | vs best before | message | error |", "|---|---|---|---|---|---|"]
+    for r in steps:
+        rows.append(
+            f"| {r['step']} | {r['outcome']} | {fmt_number(r.get('scalar'))} | {_trim(r.get('reason'), 60)} | "
+            f"{_trim(r.get('message'), 70)} | {_trim(r.get('error'), 80)} |"
+        )
+    trend = ["| config | x_0 | best | trajectory over accepted versions |", "|---|---|---|---|"]
+    best = state.best_version
+    for c in state.configs:
+        series = " → ".join(fmt_number(v.metrics.get(c)) for v in state.versions[-8:])
+        trend.append(f"| {c} | {fmt_number(state.seed_version.metrics.get(c))} | {fmt_number(best.metrics.get(c))} | {series} |")
+    return f"""# Supervisor review — run {state.id}, target `{spec.name}`
+
+You are the supervisor of an evolutionary search whose variation operator is a coding agent.
+The search stopped because: **{state.supervisor.reason or 'a review was requested'}**.
+Review the whole trajectory below, then redirect it. You are reviewing, not editing: do not
+change work/.
+
+## Goal of the target
+{spec.goal.strip() or spec.description}
+
+## Lineage
+{lineage_table(state, rows=20)}
+
+## Every step so far
+{chr(10).join(rows)}
+
+## Per-config trends
+{chr(10).join(trend)}
+
+{_baselines(state)}Rejected diffs are in `{run.paths.rejected}/`; the agent's notes are in `{run.paths.notes}`.
+
+## Your task
+1. Say in two or three sentences why the search stalled (what it kept trying, what the
+   per-config numbers say about where the time or the score goes).
+2. Propose 3–5 **concrete, distinct** optimisation directions that the trajectory has not
+   explored yet, each with the first change to make and how to tell whether it worked.
+   Prefer directions that change the algorithm or the cost model over more tuning.
+3. Store your answer: `avo supervisor record --run {run.paths.root} -f answer.md` (or pass the
+   text). It is injected into the next variation prompt as a strong prior.
+"""

@@ -1,0 +1,202 @@
+"""Run an evaluator as a child process: own process group, timeout, limits, output caps.
+
+The child never shares a process with the run state. Its stdout and stderr stream to a
+log file; only the last stdout line (the contract) is parsed. Anything abnormal (a
+timeout, a signal, a limit, a flood of output, garbage) becomes a failed evaluation whose
+error says what happened.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from avo.contract import failed, last_json_object, parse_output
+from avo.models import EvalResult, ResourceLimits
+
+OUTPUT_CAP = 8 * 1024 * 1024  # bytes per stream; past this the evaluator is killed
+_TAIL_LINES = 12
+
+
+@dataclass
+class ChildOutcome:
+    """What happened to the child: its parsed result plus how it ended."""
+
+    result: EvalResult
+    stdout: str
+    wall_s: float
+    returncode: int | None
+    log_path: Path
+
+
+def _limits_preexec(limits: ResourceLimits) -> Callable[[], None]:
+    def apply() -> None:
+        def setlimit(kind: int, value: int | None, slack: int = 0) -> None:
+            if value is None:
+                return
+            _, hard = resource.getrlimit(kind)
+            soft = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            new_hard = hard if hard != resource.RLIM_INFINITY else soft + slack
+            resource.setrlimit(kind, (soft, max(soft, new_hard)))
+
+        setlimit(resource.RLIMIT_AS, limits.address_space_mb and limits.address_space_mb << 20)
+        # A hard limit a few seconds above the soft one: SIGXCPU first, so we can name it.
+        setlimit(resource.RLIMIT_CPU, limits.cpu_seconds, slack=5)
+        setlimit(resource.RLIMIT_NPROC, limits.processes)
+        setlimit(resource.RLIMIT_NOFILE, limits.open_files)
+
+    return apply
+
+
+class _Pump(threading.Thread):
+    """Copy one stream into the log, keep stdout in memory, stop at the cap."""
+
+    def __init__(self, stream: IO[bytes], log: IO[bytes], keep: bool, on_overflow: Callable[[], None]):
+        super().__init__(daemon=True)
+        self.stream, self.log, self.keep, self.on_overflow = stream, log, keep, on_overflow
+        self.chunks: list[bytes] = []
+        self.tail: list[bytes] = []
+        self.total = 0
+        self.overflow = False
+
+    def run(self) -> None:
+        for line in iter(self.stream.readline, b""):
+            self.total += len(line)
+            if self.total > OUTPUT_CAP:
+                if not self.overflow:
+                    self.overflow = True
+                    self.log.write(b"\n[avo] output cap reached; evaluator killed\n")
+                    self.on_overflow()
+                continue
+            self.log.write(line)
+            if self.keep:
+                self.chunks.append(line)
+            self.tail.append(line)
+            if len(self.tail) > _TAIL_LINES * 4:
+                del self.tail[: -_TAIL_LINES]
+        self.stream.close()
+
+    def text(self) -> str:
+        return b"".join(self.chunks).decode("utf-8", "replace")
+
+    def tail_text(self) -> str:
+        return b"".join(self.tail[-_TAIL_LINES:]).decode("utf-8", "replace").rstrip()
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _limit_hint(returncode: int | None, stderr_tail: str, limits: ResourceLimits) -> str | None:
+    if returncode is not None and returncode < 0 and -returncode == signal.SIGXCPU:
+        return f"hit the CPU-time limit ({limits.cpu_seconds} s of CPU, RLIMIT_CPU)"
+    if "MemoryError" in stderr_tail or "bad_alloc" in stderr_tail or "Cannot allocate memory" in stderr_tail:
+        return f"hit the address-space limit ({limits.address_space_mb} MiB, RLIMIT_AS)"
+    if "Too many open files" in stderr_tail:
+        return f"hit the open-files limit ({limits.open_files}, RLIMIT_NOFILE)"
+    if "Resource temporarily unavailable" in stderr_tail and ("fork" in stderr_tail or "spawn" in stderr_tail):
+        return f"hit the process-count limit ({limits.processes}, RLIMIT_NPROC)"
+    return None
+
+
+def _describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"evaluator was killed by {name}"
+    return f"evaluator exited with status {returncode}"
+
+
+def run_child(
+    command: Sequence[str],
+    *,
+    cwd: Path,
+    timeout: float,
+    limits: ResourceLimits,
+    log_path: Path,
+    env: dict[str, str] | None = None,
+    pid_file: Path | None = None,
+) -> ChildOutcome:
+    """Run ``command``, parse its contract, and turn every abnormal end into a failure."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with open(log_path, "ab", buffering=0) as log:
+        log.write(f"[avo] $ {' '.join(command)}\n[avo] cwd {cwd}\n".encode())
+        try:
+            proc = subprocess.Popen(
+                list(command),
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                preexec_fn=_limits_preexec(limits),
+            )
+        except OSError as exc:
+            log.write(f"[avo] could not start: {exc}\n".encode())
+            return ChildOutcome(
+                failed(f"could not start the evaluator {command[0]!r}: {exc.strerror or exc}"),
+                "", 0.0, None, log_path,
+            )
+        pgid = proc.pid
+        if pid_file is not None:  # lets the next command kill us if our parent is killed
+            pid_file.write_text(str(pgid))
+        assert proc.stdout is not None and proc.stderr is not None
+        out = _Pump(proc.stdout, log, keep=True, on_overflow=lambda: _kill_group(pgid))
+        err = _Pump(proc.stderr, log, keep=False, on_overflow=lambda: _kill_group(pgid))
+        out.start()
+        err.start()
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        except BaseException:  # Ctrl-C: never leave an evaluator running behind us
+            _kill_group(pgid)
+            proc.wait()
+            raise
+        # Kill the whole group: grandchildren left behind would hold the pipes open.
+        _kill_group(pgid)
+        proc.wait()
+        if pid_file is not None:
+            pid_file.unlink(missing_ok=True)
+        out.join()
+        err.join()
+        wall = time.monotonic() - started
+        stderr_tail = err.tail_text()
+        log.write(f"\n[avo] exit {proc.returncode} after {wall:.2f}s\n".encode())
+
+    stdout = out.text()
+    if timed_out:
+        result = failed(
+            f"evaluator timed out after {timeout:g} s (the target's timeout); "
+            "its whole process group was killed"
+        )
+    elif out.overflow or err.overflow:
+        which = "stdout" if out.overflow else "stderr"
+        result = failed(f"evaluator printed more than {OUTPUT_CAP >> 20} MiB on {which} (output cap); killed")
+    else:
+        data, _ = last_json_object(stdout)
+        result = parse_output(stdout)
+        # A non-zero exit is a crash unless the evaluator itself reported a closed gate.
+        if proc.returncode != 0 and not (data is not None and data.get("correct") is False):
+            why = _describe_exit(proc.returncode)
+            hint = _limit_hint(proc.returncode, stderr_tail, limits)
+            detail = f": {hint}" if hint else ""
+            tail = f"\n--- last lines of its stderr ---\n{stderr_tail}" if stderr_tail else ""
+            result = failed(f"{why}{detail}{tail}")
+    return ChildOutcome(result, stdout, wall, proc.returncode, log_path)
