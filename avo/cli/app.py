@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from avo.cli import info, session, supervisor
+from avo.cli import evolve, info, mcp_cmd, report, session, supervisor
 
 app = typer.Typer(
     name="avo",
@@ -19,3 +19,6 @@ app = typer.Typer(
 info.register(app)
 session.register(app)
 app.add_typer(supervisor.app, name="supervisor")
+evolve.register(app)
+mcp_cmd.register(app)
+report.register(app)

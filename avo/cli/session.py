@@ -12,7 +12,6 @@ from avo.cli.common import JsonFlag, RunRef, RunsDir, err, out, print_json, runs
 
 if TYPE_CHECKING:
     from avo.engine import EvalReport, Run, SubmitOutcome
-    from avo.state import RunState
 
 
 def _fmt(x: float | None) -> str:
@@ -21,89 +20,28 @@ def _fmt(x: float | None) -> str:
     return fmt_number(x)
 
 
-def _metric_lines(metrics: dict[str, float], reference: dict[str, float], direction: str) -> list[str]:
-    from avo.contract import gain
-
-    lines = []
-    for key, value in metrics.items():
-        ref = reference.get(key)
-        delta = f"  ({gain(value, ref, direction):+.1%})" if ref else ""  # type: ignore[arg-type]
-        lines.append(f"  {key:<24} {_fmt(value):>12}{delta}")
-    return lines
+def _print_lines(lines: list[str]) -> None:
+    for line in lines:
+        out.print(line, markup=False)
 
 
 def _print_eval(report: EvalReport, run: Run) -> None:
-    ev, best = report.evaluation, report.compared_to
-    rel = ev.log_path.relative_to(run.paths.root) if ev.log_path.is_relative_to(run.paths.root) else ev.log_path
-    if ev.scalar is None:
-        out.print(f"FAIL  {ev.result.error}")
-    else:
-        out.print(f"PASS  scalar {_fmt(ev.scalar)}  ({report.gain:+.2%} vs best v{best.n} = {_fmt(best.scalar)})")
-        for line in _metric_lines(ev.result.metrics, best.metrics, run.state.target.direction):
-            out.print(line)
-    if ev.result.notes:
-        out.print(f"notes: {ev.result.notes.strip()}")
-    out.print(f"log: {rel} ({ev.wall_s:.1f} s)")
+    from avo.summaries import eval_lines
+
+    _print_lines(eval_lines(report, run))
 
 
 def _print_submit(res: SubmitOutcome, run: Run) -> None:
-    state = run.state
-    for note in res.notes:
-        out.print(f"note: {note}")
-    if res.outcome == "accepted" and res.version is not None:
-        kind = "new best" if res.version.new_best else "match"
-        out.print(f"ACCEPTED as v{res.version.n} ({kind}): scalar {_fmt(res.version.scalar)} — {res.reason}")
-    elif res.outcome == "failed":
-        out.print(f"FAILED the gate; work/ reset to v{res.best.n}. Diff archived: "
-                  f"{res.diff_path.relative_to(run.paths.root) if res.diff_path else '-'}")
-        out.print(f"error: {res.evaluation.result.error}")
-    else:
-        out.print(f"REJECTED: scalar {_fmt(res.evaluation.scalar)} — {res.reason}; work/ reset to v{res.best.n}. "
-                  f"Diff archived: {res.diff_path.relative_to(run.paths.root) if res.diff_path else '-'}")
-    if res.evaluation.result.metrics:
-        prev = res.best.metrics if res.outcome != "accepted" else state.versions[max(0, res.best.n - 1)].metrics
-        for line in _metric_lines(res.evaluation.result.metrics, prev, state.target.direction):
-            out.print(line)
-    if res.evaluation.result.notes:
-        out.print(f"notes: {res.evaluation.result.notes.strip()}")
-    left = state.steps_left()
-    out.print(f"best: v{res.best.n} = {_fmt(res.best.scalar)}; step {res.step}"
-              + (f" of {state.options.max_steps} ({left} left)" if left is not None else ""))
-    if res.supervisor_due:
-        out.print(f"SUPERVISOR DUE: {res.supervisor_reason}. Next: `avo supervisor brief`, answer it, "
-                  "then `avo supervisor record -f answer.md`.")
-    else:
-        out.print("next: `avo prompt` for the next step")
+    from avo.summaries import submit_lines
+
+    _print_lines(submit_lines(res, run, via="cli"))
 
 
 def status_dict(run: Run, dirty: bool | None) -> dict[str, Any]:
-    from avo.contract import gain
+    """Where the run stands, as data (kept here for callers of the CLI module)."""
+    from avo.summaries import status_dict as build
 
-    s: RunState = run.state
-    best, seed = s.best_version, s.seed_version
-    return {
-        "run": s.id,
-        "path": str(run.paths.root),
-        "target": s.target.name,
-        "direction": s.target.direction,
-        "steps": s.steps,
-        "max_steps": s.options.max_steps,
-        "steps_left": s.steps_left(),
-        "versions": len(s.versions),
-        "best": {"version": f"v{best.n}", "scalar": best.scalar, "metrics": best.metrics,
-                 "gain_over_seed": gain(best.scalar, seed.scalar, s.target.direction), "message": best.message},
-        "seed": {"scalar": seed.scalar},
-        "baselines": {b.name: b.scalar for b in s.baselines},
-        "steps_since_best": s.steps_since_best,
-        "failures_in_row": s.failures_in_row,
-        "evaluations": s.evaluations,
-        "supervisor": {"due": s.supervisor.due, "reason": s.supervisor.reason,
-                       "redirect_pending": s.supervisor.pending_redirect is not None},
-        "work_dirty": dirty,
-        "quick": s.options.quick,
-        "origin": s.origin,
-        "usage": s.usage,
-    }
+    return build(run, dirty)
 
 
 def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command below
@@ -188,12 +126,9 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
 
         with user_errors():
             r = open_run(run, runs_root(runs_dir))
-            path = do_revert(r)
-            best = r.state.best_version
-            if path is None:
-                out.print(f"nothing to revert; work/ is v{best.n}")
-            else:
-                out.print(f"reverted work/ to v{best.n}; the discarded diff is {path.relative_to(r.paths.root)}")
+            from avo.summaries import revert_line
+
+            out.print(revert_line(do_revert(r), r), markup=False)
 
     @app.command()
     def status(run: RunRef = None, runs_dir: RunsDir = None, json_out: JsonFlag = False) -> None:
@@ -202,30 +137,13 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
 
         with user_errors():
             r = open_run(run, runs_root(runs_dir))
-            try:
-                dirty: bool | None = r.lineage.is_dirty(r.state.best_version.sha)
-            except Exception:
-                dirty = None
-            data = status_dict(r, dirty)
+            from avo.summaries import status_lines, work_dirty
+
+            data = status_dict(r, work_dirty(r))
             if json_out:
                 print_json(data)
                 return
-            b = data["best"]
-            out.print(f"run {data['run']}  target {data['target']} ({data['direction']})")
-            out.print(f"  best {b['version']} = {_fmt(b['scalar'])} ({b['gain_over_seed']:+.1%} over x_0 = "
-                      f"{_fmt(data['seed']['scalar'])}) — {b['message']}")
-            budget = f"/{data['max_steps']}" if data["max_steps"] else ""
-            out.print(f"  steps {data['steps']}{budget}, {data['versions']} versions, "
-                      f"{data['steps_since_best']} since the last new best, {data['evaluations']} evaluations")
-            if data["baselines"]:
-                out.print("  baselines: " + ", ".join(f"{k} {_fmt(v)}" for k, v in data["baselines"].items()))
-            sup = data["supervisor"]
-            if sup["due"]:
-                out.print(f"  SUPERVISOR DUE: {sup['reason']}")
-            elif sup["redirect_pending"]:
-                out.print("  a supervisor redirect is pending for the next step")
-            if dirty:
-                out.print("  work/ has uncommitted changes (submit or revert them)")
+            _print_lines(status_lines(data))
 
     @app.command()
     def log(
@@ -248,11 +166,9 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
                 print_json(data)
                 return
             if attempts:
-                for x in read_trajectory(r.paths):
-                    if x.get("kind") == "submit":
-                        tag = f" v{x['version']}" if x.get("version") is not None else ""
-                        what = _fmt(x.get("scalar")) if x.get("scalar") is not None else (x.get("error") or "")[:80]
-                        out.print(f"step {x['step']:>3} {x['outcome']:<8}{tag:<5} {what:<12} {x.get('message', '')}")
+                from avo.summaries import attempt_lines
+
+                _print_lines(attempt_lines(read_trajectory(r.paths)))
                 return
             out.print(lineage_table(r.state, rows=10**9), markup=False)
 

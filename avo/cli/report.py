@@ -1,0 +1,74 @@
+"""``avo plot`` and ``avo report``: the trajectory figure and a shareable HTML page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from avo.cli.common import JsonFlag, RunRef, RunsDir, out, print_json, runs_root, user_errors
+
+RunArg = Annotated[
+    str | None,
+    typer.Argument(help="Run id or path (default: the newest run).", show_default=False),
+]
+
+
+def _pick(positional: str | None, option: str | None) -> str | None:
+    from avo.errors import AvoError
+
+    if positional is not None and option is not None and positional != option:
+        raise AvoError(f"two different runs given: {positional!r} and --run {option!r}; give one")
+    return positional if positional is not None else option
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``plot`` and ``report`` to ``app``."""
+
+    @app.command()
+    def plot(
+        run_arg: RunArg = None,
+        output: Annotated[Path, typer.Option("--output", "-o", help="Where to write: .png, .svg or .pdf.")] = Path(
+            "trajectory.png"),
+        x: Annotated[str, typer.Option("--x", help="x axis: 'version' (committed versions) or 'time' (wall time).")
+                     ] = "version",
+        attempts: Annotated[bool, typer.Option("--attempts", help="Also draw every rejected or failed attempt.")
+                            ] = False,
+        run: RunRef = None,
+        runs_dir: RunsDir = None,
+        json_out: JsonFlag = False,
+    ) -> None:
+        """Plot the trajectory (the paper's Figure 5/6): running best, new bests, per-config curves, baselines."""
+        from avo.engine import open_run
+        from avo.plot import plot_run
+
+        with user_errors():
+            r = open_run(_pick(run_arg, run), runs_root(runs_dir))
+            path = plot_run(r, output, x=x, attempts=attempts)
+            if json_out:
+                print_json({"run": r.state.id, "path": str(path.resolve())})
+            else:
+                out.print(f"wrote {path}", markup=False)
+
+    @app.command()
+    def report(
+        run_arg: RunArg = None,
+        output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")] = Path("report.html"),
+        no_plot: Annotated[bool, typer.Option("--no-plot", help="Leave the plot out (no matplotlib needed).")
+                           ] = False,
+        run: RunRef = None,
+        runs_dir: RunsDir = None,
+        json_out: JsonFlag = False,
+    ) -> None:
+        """Write one self-contained HTML page for sharing a run: plot, lineage, diffs, attempts, supervisor, notes."""
+        from avo.engine import open_run
+        from avo.report import write_report
+
+        with user_errors():
+            r = open_run(_pick(run_arg, run), runs_root(runs_dir))
+            path = write_report(r, output, plot=not no_plot)
+            if json_out:
+                print_json({"run": r.state.id, "path": str(path.resolve())})
+            else:
+                out.print(f"wrote {path}", markup=False)

@@ -1,0 +1,248 @@
+"""A run as one self-contained HTML page, for sharing.
+
+The page holds the trajectory plot (base64 PNG, so it has no external files), the lineage
+with per-config scores, each accepted version's message and diff, every rejected or failed
+attempt with its error and archived diff, the supervisor's briefs and redirects, the
+baselines and NOTES.md. Everything taken from the run is passed through ``html.escape``:
+messages, diffs and notes are written by an agent and are untrusted text.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from avo.contract import gain
+from avo.errors import AvoError
+from avo.state import read_trajectory
+
+if TYPE_CHECKING:
+    from avo.engine import Run
+
+MAX_DIFF_CHARS = 200_000  # per diff; a generated file can make a diff enormous
+
+SECTIONS = ("summary", "trajectory", "lineage", "versions", "attempts", "supervisor", "baselines", "notes")
+
+_CSS = """
+body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1200px;padding:0 1em;color:#222}
+h1{font-size:1.5em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:2em}
+table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;padding:3px 7px;text-align:right}
+td.l,th.l{text-align:left}tr.best{background:#eef5ff}
+pre{background:#f7f7f7;padding:.7em;overflow-x:auto;font-size:12px;white-space:pre-wrap}
+.add{color:#116329}.del{color:#a40e26}.hunk{color:#0550ae}
+.rejected{color:#7a5c00}.failed{color:#a40e26}.muted{color:#777}img{max-width:100%}
+details{margin:.4em 0}summary{cursor:pointer}
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def _num(x: float | None) -> str:
+    from avo.prompts import fmt_number
+
+    return fmt_number(x)
+
+
+def _diff_html(diff: str) -> str:
+    """A unified diff as escaped, coloured ``<pre>`` text."""
+    if not diff.strip():
+        return '<p class="muted">(no changes outside avo\'s metadata)</p>'
+    note = ""
+    if len(diff) > MAX_DIFF_CHARS:
+        note = f'<p class="muted">diff truncated to {MAX_DIFF_CHARS:,} of {len(diff):,} characters</p>'
+        diff = diff[:MAX_DIFF_CHARS]
+    lines = []
+    for line in diff.splitlines():
+        cls = ""
+        if line.startswith("+") and not line.startswith("+++"):
+            cls = "add"
+        elif line.startswith("-") and not line.startswith("---"):
+            cls = "del"
+        elif line.startswith("@@"):
+            cls = "hunk"
+        lines.append(f'<span class="{cls}">{_e(line)}</span>' if cls else _e(line))
+    return note + "<pre>" + "\n".join(lines) + "</pre>"
+
+
+def _plot_img(run: Run) -> str:
+    try:
+        from avo.plot import build_figure
+
+        fig = build_figure(run, attempts=True)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", bbox_inches="tight")
+    except ImportError:
+        return '<p class="muted">matplotlib is not installed; no plot (pip install \'avo[plot]\').</p>'
+    data = base64.b64encode(buf.getvalue()).decode("ascii")
+    return f'<img alt="trajectory of {_e(run.state.id)}" src="data:image/png;base64,{data}">'
+
+
+def _summary(run: Run) -> str:
+    s = run.state
+    best, seed = s.best_version, s.seed_version
+    g = gain(best.scalar, seed.scalar, s.target.direction)
+    rows = [
+        ("target", f"{s.target.name} — {s.target.description}"),
+        ("run", s.id),
+        ("started", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.created))),
+        ("direction", s.target.direction),
+        ("best", f"v{best.n} = {_num(best.scalar)} ({g:+.1%} over x_0 = {_num(seed.scalar)})"),
+        ("committed versions", str(len(s.versions))),
+        ("steps", f"{s.steps}" + (f" of {s.options.max_steps}" if s.options.max_steps else "")),
+        ("evaluations", str(s.evaluations)),
+        ("quick mode", "yes" if s.options.quick else "no"),
+    ]
+    if s.origin:
+        rows.append(("seeded from", s.origin))
+    if s.usage:
+        rows.append(("usage", ", ".join(f"{k}={v:g}" for k, v in sorted(s.usage.items()))))
+    body = "".join(f'<tr><th class="l">{_e(k)}</th><td class="l">{_e(v)}</td></tr>' for k, v in rows)
+    goal = f"<h3>goal</h3><pre>{_e(s.target.goal)}</pre>" if s.target.goal.strip() else ""
+    return f'<section id="summary"><h2>Summary</h2><table>{body}</table>{goal}</section>'
+
+
+def _lineage(run: Run) -> str:
+    s = run.state
+    configs = s.configs or sorted(s.seed_version.metrics)
+    head = "".join(f"<th>{_e(c)}</th>" for c in configs)
+    rows = []
+    prev = None
+    for v in s.versions:
+        d_prev = "" if prev is None else f"{gain(v.scalar, prev.scalar, s.target.direction):+.1%}"
+        d_seed = f"{gain(v.scalar, s.seed_version.scalar, s.target.direction):+.1%}"
+        cells = "".join(f"<td>{_e(_num(v.metrics.get(c)))}</td>" for c in configs)
+        cls = ' class="best"' if v.new_best else ""
+        star = " ★" if v.n == s.best else ""
+        rows.append(f'<tr{cls}><td class="l"><a href="#v{v.n}">v{v.n}</a>{star}</td><td>{v.step}</td>'
+                    f"<td>{_e(_num(v.scalar))}</td><td>{_e(d_prev)}</td><td>{_e(d_seed)}</td>{cells}"
+                    f'<td class="l">{_e(v.message)}</td></tr>')
+        prev = v
+    return (f'<section id="lineage"><h2>Lineage</h2><table><tr><th class="l">version</th><th>step</th>'
+            f'<th>scalar</th><th>Δ prev</th><th>Δ x_0</th>{head}<th class="l">message</th></tr>'
+            + "".join(rows) + '</table><p class="muted">★ the best version; highlighted rows are new bests.</p>'
+            "</section>")
+
+
+def _versions(run: Run) -> str:
+    s = run.state
+    lineage = run.lineage
+    parts = ['<section id="versions"><h2>Accepted versions</h2>']
+    for i, v in enumerate(s.versions):
+        kind = "seed" if i == 0 else ("new best" if v.new_best else "match")
+        parts.append(f'<h3 id="v{v.n}">v{v.n} ({_e(kind)}): scalar {_e(_num(v.scalar))}</h3>'
+                     f"<p>{_e(v.message)}</p>")
+        if v.notes:
+            parts.append(f'<p class="muted">evaluator notes: {_e(v.notes)}</p>')
+        if i == 0:
+            continue
+        try:
+            diff = lineage.diff(s.versions[i - 1].sha, v.sha)
+        except AvoError as exc:
+            parts.append(f'<p class="failed">diff unavailable: {_e(exc)}</p>')
+            continue
+        parts.append(f"<details><summary>diff v{s.versions[i - 1].n} → v{v.n}</summary>{_diff_html(diff)}</details>")
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _archived(run: Run, rel: Any) -> str:
+    if not rel:
+        return '<p class="muted">(no archived diff)</p>'
+    path = (run.paths.root / str(rel)).resolve()
+    if not path.is_relative_to(run.paths.root) or not path.is_file():
+        return f'<p class="muted">archived diff {_e(rel)} is missing</p>'
+    return f"<details><summary>archived diff {_e(rel)}</summary>{_diff_html(path.read_text('utf-8', 'replace'))}</details>"
+
+
+def _attempts(run: Run, records: list[dict[str, Any]]) -> str:
+    parts = ['<section id="attempts"><h2>Rejected and failed attempts</h2>']
+    shown = 0
+    for rec in records:
+        kind = rec.get("kind")
+        if kind == "submit" and rec.get("outcome") in ("rejected", "failed"):
+            outcome = str(rec["outcome"])
+            score = "" if rec.get("scalar") is None else f" — scalar {_num(rec['scalar'])}"
+            parts.append(f'<h3 class="{_e(outcome)}">step {_e(rec.get("step"))} {_e(outcome)}{_e(score)}</h3>'
+                         f"<p>{_e(rec.get('message'))}</p>")
+            if rec.get("reason"):
+                parts.append(f"<p>reason: {_e(rec['reason'])}</p>")
+            if rec.get("error") and rec.get("error") != rec.get("reason"):
+                parts.append(f'<pre class="failed">{_e(rec["error"])}</pre>')
+            parts.append(_archived(run, rec.get("diff")))
+            shown += 1
+        elif kind == "revert" and rec.get("diff"):
+            parts.append(f'<h3 class="muted">reverted before step {_e(rec.get("step"))}</h3>')
+            parts.append(_archived(run, rec.get("diff")))
+            shown += 1
+    if not shown:
+        parts.append('<p class="muted">none: every submit entered the lineage.</p>')
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _supervisor(run: Run) -> str:
+    parts = ['<section id="supervisor"><h2>Supervisor</h2>']
+    files = sorted(run.paths.supervisor.glob("*.md")) if run.paths.supervisor.is_dir() else []
+    if not files:
+        parts.append('<p class="muted">the supervisor was never called.</p>')
+    for f in files:
+        kind = "redirect" if f.name.startswith("redirect") else "brief"
+        parts.append(f"<details{' open' if kind == 'redirect' else ''}><summary>{_e(kind)}: {_e(f.name)}</summary>"
+                     f"<pre>{_e(f.read_text('utf-8', 'replace'))}</pre></details>")
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _baselines(run: Run) -> str:
+    s = run.state
+    if not s.baselines:
+        return '<section id="baselines"><h2>Baselines</h2><p class="muted">none declared.</p></section>'
+    rows = "".join(
+        f'<tr><td class="l">{_e(b.name)}</td><td>{_e(_num(b.scalar))}</td>'
+        f'<td class="l">{_e("ok" if b.correct else b.error)}</td></tr>'
+        for b in s.baselines
+    )
+    return (f'<section id="baselines"><h2>Baselines</h2><table><tr><th class="l">baseline</th><th>scalar</th>'
+            f'<th class="l">status</th></tr>{rows}</table></section>')
+
+
+def _notes(run: Run) -> str:
+    text = run.paths.notes.read_text("utf-8", "replace") if run.paths.notes.is_file() else "(no NOTES.md)"
+    return f'<section id="notes"><h2>NOTES.md</h2><pre>{_e(text)}</pre></section>'
+
+
+def build_report(run: Run, *, plot: bool = True) -> str:
+    """The whole HTML page for ``run`` as a string (sections have the ids in ``SECTIONS``)."""
+    records = read_trajectory(run.paths)
+    figure = _plot_img(run) if plot else '<p class="muted">(plot left out)</p>'
+    body = [
+        f"<h1>avo run {_e(run.state.id)}</h1>",
+        _summary(run),
+        f'<section id="trajectory"><h2>Trajectory</h2>{figure}<p class="muted">Step line: running best over '
+        "committed versions; circles: new bests; dotted: each config relative to x_0 (right axis); dashed: "
+        "baselines; grey dots: rejected attempts; red crosses: failed attempts.</p></section>",
+        _lineage(run),
+        _versions(run),
+        _attempts(run, records),
+        _supervisor(run),
+        _baselines(run),
+        _notes(run),
+    ]
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>avo report: {_e(run.state.id)}'
+            f"</title><style>{_CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+
+
+def write_report(run: Run, output: Path, *, plot: bool = True) -> Path:
+    """Write :func:`build_report` to ``output`` (an ``.html`` file)."""
+    output = Path(output)
+    if output.suffix.lower() not in (".html", ".htm"):
+        raise AvoError(f"cannot write a report to {output}: the file must end in .html")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(build_report(run, plot=plot), encoding="utf-8")
+    return output

@@ -1,0 +1,166 @@
+"""Compact text summaries of what the engine did, shared by the CLI and the MCP server.
+
+Both drivers show an agent the same lines for an evaluation, a submit, a revert and the
+run's status, so the two ways of driving a run cannot drift apart. Only the "what to do
+next" hints differ: the CLI names commands, the MCP server names tools.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from avo.contract import gain
+from avo.prompts import fmt_number
+
+if TYPE_CHECKING:
+    from avo.engine import EvalReport, Run, SubmitOutcome
+
+Via = Literal["cli", "mcp"]
+
+_NEXT_STEP: dict[Via, str] = {
+    "cli": "next: `avo prompt` for the next step",
+    "mcp": "next: call avo_next_step for the next step",
+}
+_SUPERVISOR: dict[Via, str] = {
+    "cli": "Next: `avo supervisor brief`, answer it, then `avo supervisor record -f answer.md`.",
+    "mcp": "Next: call avo_supervisor_brief, answer it, then avo_record_supervisor with your answer.",
+}
+
+
+def _rel(path: Path, run: Run) -> Path:
+    return path.relative_to(run.paths.root) if path.is_relative_to(run.paths.root) else path
+
+
+def metric_lines(metrics: dict[str, float], reference: dict[str, float], direction: str) -> list[str]:
+    """One line per config: its value and its change against ``reference``."""
+    lines = []
+    for key, value in metrics.items():
+        ref = reference.get(key)
+        delta = f"  ({gain(value, ref, direction):+.1%})" if ref else ""  # type: ignore[arg-type]
+        lines.append(f"  {key:<24} {fmt_number(value):>12}{delta}")
+    return lines
+
+
+def eval_lines(report: EvalReport, run: Run) -> list[str]:
+    """What one evaluation of the work tree measured, against the best version."""
+    ev, best = report.evaluation, report.compared_to
+    lines = []
+    if ev.scalar is None:
+        lines.append(f"FAIL  {ev.result.error}")
+    else:
+        lines.append(f"PASS  scalar {fmt_number(ev.scalar)}  ({report.gain:+.2%} vs best v{best.n} = "
+                     f"{fmt_number(best.scalar)})")
+        lines.extend(metric_lines(ev.result.metrics, best.metrics, run.state.target.direction))
+    if ev.result.notes:
+        lines.append(f"notes: {ev.result.notes.strip()}")
+    lines.append(f"log: {_rel(ev.log_path, run)} ({ev.wall_s:.1f} s)")
+    return lines
+
+
+def submit_lines(res: SubmitOutcome, run: Run, via: Via = "cli") -> list[str]:
+    """What a submit decided, the score vector, the budget, and what to do next."""
+    state = run.state
+    lines = [f"note: {note}" for note in res.notes]
+    diff = _rel(res.diff_path, run) if res.diff_path else "-"
+    if res.outcome == "accepted" and res.version is not None:
+        kind = "new best" if res.version.new_best else "match"
+        lines.append(f"ACCEPTED as v{res.version.n} ({kind}): scalar {fmt_number(res.version.scalar)} — {res.reason}")
+    elif res.outcome == "failed":
+        lines.append(f"FAILED the gate; work/ reset to v{res.best.n}. Diff archived: {diff}")
+        lines.append(f"error: {res.evaluation.result.error}")
+    else:
+        lines.append(f"REJECTED: scalar {fmt_number(res.evaluation.scalar)} — {res.reason}; work/ reset to "
+                     f"v{res.best.n}. Diff archived: {diff}")
+    if res.evaluation.result.metrics:
+        prev = res.best.metrics if res.outcome != "accepted" else state.versions[max(0, res.best.n - 1)].metrics
+        lines.extend(metric_lines(res.evaluation.result.metrics, prev, state.target.direction))
+    if res.evaluation.result.notes:
+        lines.append(f"notes: {res.evaluation.result.notes.strip()}")
+    left = state.steps_left()
+    lines.append(f"best: v{res.best.n} = {fmt_number(res.best.scalar)}; step {res.step}"
+                 + (f" of {state.options.max_steps} ({left} left)" if left is not None else ""))
+    if res.supervisor_due:
+        lines.append(f"SUPERVISOR DUE: {res.supervisor_reason}. {_SUPERVISOR[via]}")
+    else:
+        lines.append(_NEXT_STEP[via])
+    return lines
+
+
+def revert_line(path: Path | None, run: Run) -> str:
+    """What a revert did."""
+    best = run.state.best_version
+    if path is None:
+        return f"nothing to revert; work/ is v{best.n}"
+    return f"reverted work/ to v{best.n}; the discarded diff is {_rel(path, run)}"
+
+
+def work_dirty(run: Run) -> bool | None:
+    """Whether work/ differs from the best version (``None`` when git cannot tell)."""
+    try:
+        return run.lineage.is_dirty(run.state.best_version.sha)
+    except Exception:
+        return None
+
+
+def status_dict(run: Run, dirty: bool | None) -> dict[str, Any]:
+    """Where the run stands, as data (``avo status --json``)."""
+    s = run.state
+    best, seed = s.best_version, s.seed_version
+    return {
+        "run": s.id,
+        "path": str(run.paths.root),
+        "target": s.target.name,
+        "direction": s.target.direction,
+        "steps": s.steps,
+        "max_steps": s.options.max_steps,
+        "steps_left": s.steps_left(),
+        "versions": len(s.versions),
+        "best": {"version": f"v{best.n}", "scalar": best.scalar, "metrics": best.metrics,
+                 "gain_over_seed": gain(best.scalar, seed.scalar, s.target.direction), "message": best.message},
+        "seed": {"scalar": seed.scalar},
+        "baselines": {b.name: b.scalar for b in s.baselines},
+        "steps_since_best": s.steps_since_best,
+        "failures_in_row": s.failures_in_row,
+        "evaluations": s.evaluations,
+        "supervisor": {"due": s.supervisor.due, "reason": s.supervisor.reason,
+                       "redirect_pending": s.supervisor.pending_redirect is not None},
+        "work_dirty": dirty,
+        "quick": s.options.quick,
+        "origin": s.origin,
+        "usage": s.usage,
+    }
+
+
+def status_lines(data: dict[str, Any]) -> list[str]:
+    """Where the run stands, as the few lines a person or an agent reads."""
+    b = data["best"]
+    lines = [
+        f"run {data['run']}  target {data['target']} ({data['direction']})",
+        f"  best {b['version']} = {fmt_number(b['scalar'])} ({b['gain_over_seed']:+.1%} over x_0 = "
+        f"{fmt_number(data['seed']['scalar'])}) — {b['message']}",
+    ]
+    budget = f"/{data['max_steps']}" if data["max_steps"] else ""
+    lines.append(f"  steps {data['steps']}{budget}, {data['versions']} versions, "
+                 f"{data['steps_since_best']} since the last new best, {data['evaluations']} evaluations")
+    if data["baselines"]:
+        lines.append("  baselines: " + ", ".join(f"{k} {fmt_number(v)}" for k, v in data["baselines"].items()))
+    sup = data["supervisor"]
+    if sup["due"]:
+        lines.append(f"  SUPERVISOR DUE: {sup['reason']}")
+    elif sup["redirect_pending"]:
+        lines.append("  a supervisor redirect is pending for the next step")
+    if data["work_dirty"]:
+        lines.append("  work/ has uncommitted changes (submit or revert them)")
+    return lines
+
+
+def attempt_lines(records: list[dict[str, Any]]) -> list[str]:
+    """Every submitted step from the trajectory, one line each (``avo log --attempts``)."""
+    lines = []
+    for x in records:
+        if x.get("kind") == "submit":
+            tag = f" v{x['version']}" if x.get("version") is not None else ""
+            what = fmt_number(x.get("scalar")) if x.get("scalar") is not None else (x.get("error") or "")[:80]
+            lines.append(f"step {x['step']:>3} {x['outcome']:<8}{tag:<5} {what:<12} {x.get('message', '')}")
+    return lines

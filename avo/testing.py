@@ -1,0 +1,283 @@
+"""Conformance suites a target or backend author runs against their own plugin.
+
+Subclass in your own tests and pytest collects the inherited test methods::
+
+    from avo.testing import TargetConformance
+
+    class TestMyTarget(TargetConformance):
+        target = "my_target"          # a registered name, or a folder holding target.yaml
+        garbage = "this is not C {{{"  # what replaces the entrypoint in the garbage test
+
+Every evaluation goes through avo's real child-process path
+(:func:`avo.evaluation.evaluate_dir`: ``python -m avo.evaluator`` for plugin targets, the
+configured command for directory targets), exactly as a run would do it, never in-process.
+So the plugin must be importable by the child: installed, or made visible with a
+``.dist-info`` folder on ``PYTHONPATH`` (see docs/TARGETS.md).
+
+:class:`BackendConformance` does the same for ``avo_backends`` / ``avo_agent_step``.
+
+This module imports pytest; it is for test suites, and the CLI never imports it.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from avo.contract import gain
+from avo.evaluation import Evaluation, evaluate_dir, measure_baselines
+from avo.models import BackendInfo, StepRequest, StepResult, TargetSpec
+
+_FAILED_TO_REPORT = ("evaluator printed nothing", "is not valid JSON", "not an object", "timed out",
+                     "output cap")
+
+
+def _unclean(error: str) -> str | None:
+    """Why a failed evaluation was not a clean failure (``None`` when it was)."""
+    for marker in _FAILED_TO_REPORT:
+        if marker in error:
+            return marker
+    return None
+
+
+class TargetConformance:
+    """Checks every avo target should pass. Set :attr:`target`; override options as needed.
+
+    The seed is written and evaluated once per class; each other test evaluates one more
+    candidate through the child-process path. With ``quick = True`` (the default) the
+    target's cheap smoke evaluation is used, so the suite stays fast.
+    """
+
+    #: target name or path to a directory target (required)
+    target: ClassVar[str] = ""
+    #: evaluate with the target's cheap smoke mode (``--quick`` / ``AVO_QUICK=1``)
+    quick: ClassVar[bool] = True
+    #: what replaces the entrypoint in ``test_garbage_entrypoint_fails_cleanly``
+    garbage: ClassVar[str] = "this is not a program {{{ ((( \x00\n"
+    #: relative tolerance of two seed evaluations; ``None`` = twice the declared noise band
+    reproducibility_tolerance: ClassVar[float | None] = None
+    #: also measure the baselines (when the target declares them)
+    check_baselines: ClassVar[bool] = True
+    #: also run start + a failing submit through the engine
+    check_engine: ClassVar[bool] = True
+
+    # -- fixtures ---------------------------------------------------------------------------
+
+    @pytest.fixture(scope="class")
+    def target_spec(self) -> TargetSpec:
+        """The spec, looked up the way ``avo start --target`` does it."""
+        from avo.plugins import find_target
+
+        if not self.target:
+            pytest.fail(f"{type(self).__name__} must set `target = 'name'` (or a path to a directory target)")
+        return find_target(self.target)
+
+    @pytest.fixture(scope="class")
+    def seed_dir(self, target_spec: TargetSpec, tmp_path_factory: pytest.TempPathFactory) -> Path:
+        """x_0 as ``avo_seed`` writes it (a fresh copy per class; do not modify)."""
+        from avo.plugins import get_plugin_manager
+
+        dest = tmp_path_factory.mktemp("conformance-seed")
+        written = get_plugin_manager().hook.avo_seed(target=target_spec, dest=dest)
+        assert written is not None, f"no plugin's avo_seed answered for target {target_spec.name!r}"
+        return dest
+
+    @pytest.fixture(scope="class")
+    def seed_evaluation(self, target_spec: TargetSpec, seed_dir: Path,
+                        tmp_path_factory: pytest.TempPathFactory) -> Evaluation:
+        """The seed evaluated once through the child-process path."""
+        return self.evaluate(target_spec, seed_dir, tmp_path_factory.mktemp("conformance-eval"))
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def evaluate(self, spec: TargetSpec, candidate: Path, scratch: Path,
+                 configs: set[str] | None = None) -> Evaluation:
+        """Evaluate a copy of ``candidate`` as a run would (snapshot dir, child process)."""
+        snap = scratch / f"snap-{len(list(scratch.glob('snap-*')))}"
+        shutil.copytree(candidate, snap)
+        return evaluate_dir(spec, snap, scratch / f"{snap.name}.log", quick=self.quick, configs=configs)
+
+    @staticmethod
+    def _log_tail(ev: Evaluation) -> str:
+        try:
+            return "\n".join(ev.log_path.read_text("utf-8", "replace").splitlines()[-25:])
+        except OSError:
+            return "(no log)"
+
+    def assert_fails_cleanly(self, ev: Evaluation, what: str) -> None:
+        """A failed, well-formed result whose error names the problem."""
+        assert ev.scalar is None, f"{what} passed the gate with scalar {ev.scalar}; it must fail"
+        assert not ev.result.correct, f"{what} must come back with correct=false"
+        error = (ev.result.error or "").strip()
+        assert error, f"{what} failed without an error message; say what is wrong"
+        why = _unclean(error)
+        assert why is None, (f"{what} did not fail cleanly ({why}): the evaluator should return "
+                             f"correct=false with an error, got: {error[:300]}\nlog tail:\n{self._log_tail(ev)}")
+
+    # -- metadata ---------------------------------------------------------------------------
+
+    def test_metadata_is_complete(self, target_spec: TargetSpec) -> None:
+        for field in ("name", "description", "entrypoint", "goal"):
+            value = getattr(target_spec, field)
+            assert isinstance(value, str) and value.strip(), f"target spec field {field!r} is empty"
+        assert target_spec.direction in ("maximize", "minimize")
+        assert target_spec.eval_timeout > 0
+
+    def test_seed_writes_the_entrypoint(self, target_spec: TargetSpec, seed_dir: Path) -> None:
+        entry = seed_dir / target_spec.entrypoint
+        assert entry.is_file(), (f"avo_seed did not write the entrypoint {target_spec.entrypoint!r}; "
+                                 f"it wrote {sorted(p.name for p in seed_dir.iterdir())}")
+        assert entry.stat().st_size > 0, f"the seed's {target_spec.entrypoint} is empty"
+
+    def test_knowledge_writes_documents(self, target_spec: TargetSpec,
+                                        tmp_path_factory: pytest.TempPathFactory) -> None:
+        from avo.plugins import get_plugin_manager
+
+        dest = tmp_path_factory.mktemp("conformance-kb")
+        get_plugin_manager().hook.avo_knowledge(target=target_spec, dest=dest)
+        docs = [p for p in dest.rglob("*") if p.is_file() and p.stat().st_size > 0]
+        assert docs, "avo_knowledge wrote no document into the knowledge base"
+
+    # -- evaluation -------------------------------------------------------------------------
+
+    def test_seed_passes_the_gate(self, seed_evaluation: Evaluation) -> None:
+        ev = seed_evaluation
+        assert ev.scalar is not None, (f"the seed fails the gate: {ev.result.error}\n"
+                                       f"log tail:\n{self._log_tail(ev)}")
+        assert ev.result.metrics or ev.result.primary is not None
+
+    def test_evaluation_is_reproducible(self, target_spec: TargetSpec, seed_dir: Path, seed_evaluation: Evaluation,
+                                        tmp_path: Path) -> None:
+        first = seed_evaluation
+        assert first.scalar is not None, f"the seed fails the gate: {first.result.error}"
+        configs = set(first.result.metrics) if first.result.primary is None else None
+        second = self.evaluate(target_spec, seed_dir, tmp_path, configs=configs)
+        assert second.scalar is not None, f"the seed failed on a second evaluation: {second.result.error}"
+        assert set(second.result.metrics) == set(first.result.metrics), "the config set changed between runs"
+        tol = self.reproducibility_tolerance
+        if tol is None:
+            tol = 2 * target_spec.noise.band
+        drift = abs(gain(second.scalar, first.scalar, target_spec.direction))
+        assert drift <= tol + 1e-9, (
+            f"two evaluations of the same seed differ by {drift:.2%} ({first.scalar:.6g} vs {second.scalar:.6g}), "
+            f"more than the declared noise allows ({tol:.2%}); declare noise.band or fix the measurement")
+
+    def test_empty_workdir_fails_cleanly(self, target_spec: TargetSpec, tmp_path: Path) -> None:
+        empty = tmp_path / "empty"
+        empty.mkdir()
+        self.assert_fails_cleanly(self.evaluate(target_spec, empty, tmp_path), "an empty work dir")
+
+    def test_garbage_entrypoint_fails_cleanly(self, target_spec: TargetSpec, seed_dir: Path, tmp_path: Path) -> None:
+        cand = tmp_path / "garbage"
+        shutil.copytree(seed_dir, cand)
+        (cand / target_spec.entrypoint).write_text(self.garbage, encoding="utf-8")
+        self.assert_fails_cleanly(self.evaluate(target_spec, cand, tmp_path),
+                                  f"a candidate whose {target_spec.entrypoint} is garbage")
+
+    def test_baselines_match_the_seed_configs(self, target_spec: TargetSpec, seed_evaluation: Evaluation,
+                                              tmp_path: Path) -> None:
+        if not self.check_baselines or not (target_spec.has_baselines or target_spec.baselines_command):
+            return  # nothing declared: nothing to check
+        results = measure_baselines(target_spec, tmp_path / "baselines.log", quick=self.quick)
+        assert results, "the target declares baselines but measured none"
+        for name, ev in results.items():
+            assert ev.scalar is not None, f"baseline {name!r} failed: {ev.result.error}"
+            if seed_evaluation.result.primary is None:
+                assert set(ev.result.metrics) == set(seed_evaluation.result.metrics), (
+                    f"baseline {name!r} reports configs {sorted(ev.result.metrics)}, "
+                    f"the seed {sorted(seed_evaluation.result.metrics)}")
+
+    def test_start_and_failing_submit_through_the_engine(self, target_spec: TargetSpec, tmp_path: Path) -> None:
+        if not self.check_engine:
+            return
+        from avo.engine import start_run, submit
+
+        ref = str(target_spec.directory) if target_spec.directory is not None else target_spec.name
+        run = start_run(ref, tmp_path / "runs", quick=self.quick)
+        assert [v.n for v in run.state.versions] == [0]
+        entry = run.paths.work / target_spec.entrypoint
+        seed_text = entry.read_bytes()
+        entry.write_text(self.garbage, encoding="utf-8")
+        outcome = submit(run, "conformance: garbage entrypoint")
+        assert outcome.outcome == "failed", f"a garbage entrypoint was {outcome.outcome}: {outcome.reason}"
+        assert entry.read_bytes() == seed_text, "work/ was not reset to v0 after a failed submit"
+        assert outcome.diff_path is not None and outcome.diff_path.is_file()
+
+
+class BackendConformance:
+    """Checks every avo backend should pass. Set :attr:`backend`.
+
+    ``run_step`` (default: only when the backend says it is available and costs nothing)
+    runs one real ``avo_agent_step`` in a scratch work tree and checks its ``StepResult``.
+    """
+
+    #: the backend name (required)
+    backend: ClassVar[str] = ""
+    #: run one real step; ``None`` = only when available and free
+    run_step: ClassVar[bool | None] = None
+    #: the prompt of that step
+    step_prompt: ClassVar[str] = "Append one line saying hello to NOTES.txt in the work directory, then stop."
+    #: its timeout in seconds
+    step_timeout: ClassVar[float] = 120.0
+
+    @pytest.fixture(scope="class")
+    def backend_info(self) -> BackendInfo:
+        from avo.plugins import find_backend
+
+        if not self.backend:
+            pytest.fail(f"{type(self).__name__} must set `backend = 'name'`")
+        return find_backend(self.backend)
+
+    def _plugin(self, info: BackendInfo) -> Any:
+        from avo.plugins import get_plugin_manager
+
+        plugin = get_plugin_manager().get_plugin(info.provider or "")
+        assert plugin is not None, f"the plugin {info.provider!r} that announced {info.name!r} is not registered"
+        return plugin
+
+    def step_request(self, work: Path, run_dir: Path) -> StepRequest:
+        """A minimal request over a scratch work tree."""
+        spec = TargetSpec(name="conformance", description="backend conformance", entrypoint="NOTES.txt",
+                          goal="say hello")
+        return StepRequest(run_dir=run_dir, work_dir=work, prompt=self.step_prompt, step=1,
+                           timeout=self.step_timeout, target=spec, log_path=run_dir / "step.log")
+
+    def test_announced_with_complete_info(self, backend_info: BackendInfo) -> None:
+        assert backend_info.name == self.backend
+        assert backend_info.description.strip(), "describe the backend in one line"
+        if not backend_info.available:
+            assert backend_info.reason, "an unavailable backend must say why (never printing a secret)"
+
+    def test_answers_none_for_other_backends(self, backend_info: BackendInfo, tmp_path: Path) -> None:
+        plugin = self._plugin(backend_info)
+        request = self.step_request(tmp_path, tmp_path)
+        other = f"not-{self.backend}"
+        if hasattr(plugin, "avo_agent_step"):
+            assert plugin.avo_agent_step(backend=other, request=request) is None, (
+                "avo_agent_step must return None for a backend name that is not yours")
+        if hasattr(plugin, "avo_supervise"):
+            from avo.models import SupervisorBrief
+
+            brief = SupervisorBrief(run_dir=tmp_path, prompt="review", reason="stalled",
+                                    log_path=tmp_path / "sup.log")
+            assert plugin.avo_supervise(backend=other, brief=brief) is None, (
+                "avo_supervise must return None for a backend name that is not yours")
+
+    def test_step_returns_a_step_result(self, backend_info: BackendInfo, tmp_path: Path) -> None:
+        run = self.run_step
+        if run is None:
+            run = backend_info.available and not backend_info.costs_money
+        if not run:
+            return  # not exercised: unavailable here or it spends money (set run_step = True to force)
+        from avo.plugins import get_plugin_manager
+
+        work, run_dir = tmp_path / "work", tmp_path / "run"
+        work.mkdir()
+        run_dir.mkdir()
+        result = get_plugin_manager().hook.avo_agent_step(backend=self.backend,
+                                                          request=self.step_request(work, run_dir))
+        assert isinstance(result, StepResult), f"avo_agent_step({self.backend!r}) returned {result!r}"
+        assert result.status in ("ok", "error", "timeout", "interrupted")

@@ -1,0 +1,50 @@
+"""Shared fixtures: a toy target copy per test, a private runs directory, clean plugins."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from avo.plugins import reset_plugin_manager
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture
+def runs_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "runs"
+    monkeypatch.setenv("AVO_RUNS_DIR", str(root))
+    return root
+
+
+@pytest.fixture
+def toy(tmp_path: Path) -> Path:
+    """A private copy of the toy target, so a test may modify its evaluator."""
+    dest = tmp_path / "toy"
+    shutil.copytree(FIXTURES / "toy", dest, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+@pytest.fixture
+def core_plugins(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Only the core's built-in plugins, in this process and in evaluator children."""
+    monkeypatch.setenv("AVO_DISABLE_PLUGIN_AUTOLOAD", "1")
+    reset_plugin_manager()
+    yield
+    reset_plugin_manager()
+
+
+def set_constants(work: Path, x: float | None = None, y: float | None = None) -> None:
+    """Edit the toy candidate the way an agent would."""
+    path = work / "solution.py"
+    lines = []
+    for line in path.read_text().splitlines():
+        if x is not None and line.startswith("X = "):
+            line = f"X = {x}"
+        if y is not None and line.startswith("Y = "):
+            line = f"Y = {y}"
+        lines.append(line)
+    path.write_text("\n".join(lines) + "\n")

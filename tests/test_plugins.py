@@ -1,0 +1,153 @@
+"""Plugins: a third-party target through the plugin manager and through a real entry point."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from avo import plugins
+from avo.cli.app import app
+from avo.engine import start_run, submit
+from avo.errors import AvoError
+from avo.models import TargetSpec
+
+PLUGIN = textwrap.dedent(
+    '''
+    """A third-party target: evolve WORD in word.txt towards 'avocado'."""
+    from pathlib import Path
+
+    from avo import hookimpl
+    from avo.models import EvalResult, TargetSpec
+
+    GOAL = "avocado"
+    SPEC = TargetSpec(name="wordle", description="spell avocado", entrypoint="word.txt",
+                      goal="Make word.txt spell the goal word.")
+
+
+    @hookimpl
+    def avo_targets():
+        return [SPEC]
+
+
+    def _mine(target):
+        return target.name == SPEC.name
+
+
+    @hookimpl
+    def avo_seed(target, dest):
+        if not _mine(target):
+            return None
+        (Path(dest) / "word.txt").write_text("aaaaaaa\\n")
+        return True
+
+
+    @hookimpl
+    def avo_knowledge(target, dest):
+        if not _mine(target):
+            return None
+        (Path(dest) / "about.md").write_text("# About\\nLetters count position by position.\\n")
+        return True
+
+
+    @hookimpl
+    def avo_evaluate(target, workdir, options):
+        if not _mine(target):
+            return None
+        word = (Path(workdir) / "word.txt").read_text().strip()
+        if len(word) != len(GOAL):
+            return EvalResult(correct=False, error=f"word must have {len(GOAL)} letters")
+        hits = sum(a == b for a, b in zip(word, GOAL))
+        return EvalResult(correct=True, metrics={"letters": 1 + hits}, notes=f"{hits} letters right")
+    '''
+)
+
+
+@pytest.fixture
+def third_party(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Install the plugin the way pip would: a module plus a dist-info with an entry point."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "avo_target_wordle.py").write_text(PLUGIN)
+    dist = site / "avo_target_wordle-1.2.3.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: avo-target-wordle\nVersion: 1.2.3\n")
+    (dist / "entry_points.txt").write_text("[avo]\nwordle = avo_target_wordle\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    monkeypatch.delenv("AVO_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+    plugins.reset_plugin_manager()
+    yield site
+    sys.modules.pop("avo_target_wordle", None)
+    plugins.reset_plugin_manager()
+
+
+def test_entry_point_plugin_is_discovered_and_listed(third_party: Path) -> None:
+    spec = plugins.find_target("wordle")
+    assert spec.provider == "wordle" and spec.entrypoint == "word.txt"
+    record = next(r for r in plugins.plugin_records() if r.name == "wordle")
+    assert (record.distribution, record.version) == ("avo-target-wordle", "1.2.3")
+    assert record.targets == ["wordle"] and "avo_evaluate" in record.hooks
+    result = CliRunner().invoke(app, ["plugins"], catch_exceptions=False)
+    assert "avo-target-wordle" in result.output and "1.2.3" in result.output and "wordle" in result.output
+    core = next(r for r in plugins.plugin_records() if r.name == "directory")
+    assert core.distribution == "avo"
+
+
+def test_entry_point_plugin_runs_a_real_loop(third_party: Path, runs_root: Path) -> None:
+    # The evaluator child finds the plugin through the same entry point (PYTHONPATH).
+    run = start_run("wordle", runs_root)
+    assert run.state.versions[0].scalar == pytest.approx(3.0)  # 'a' is right at positions 0 and 4
+    (run.paths.work / "word.txt").write_text("avocaaa\n")
+    out = submit(run, "five letters right")
+    assert out.outcome == "accepted" and out.evaluation.scalar == pytest.approx(6.0)
+    (run.paths.work / "word.txt").write_text("avo\n")
+    out = submit(run, "too short")
+    assert out.outcome == "failed" and "must have 7 letters" in (out.evaluation.result.error or "")
+
+
+def test_plugin_registered_by_hand(core_plugins: None) -> None:
+    from avo import hookimpl
+
+    class Extra:
+        @hookimpl
+        def avo_targets(self) -> list[TargetSpec]:
+            return [TargetSpec(name="by-hand", entrypoint="x.py")]
+
+    plugins.register(Extra(), name="extra")
+    try:
+        assert plugins.find_target("by-hand").provider == "extra"
+    finally:
+        plugins.unregister("extra")
+    with pytest.raises(AvoError, match="unknown target 'by-hand'"):
+        plugins.find_target("by-hand")
+
+
+def test_broken_plugin_is_reported_not_fatal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    site = tmp_path / "site"
+    (site / "avo_broken-0.1.dist-info").mkdir(parents=True)
+    (site / "avo_broken.py").write_text("raise ImportError('needs a missing library')\n")
+    (site / "avo_broken-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: avo-broken\nVersion: 0.1\n")
+    (site / "avo_broken-0.1.dist-info" / "entry_points.txt").write_text("[avo]\nbroken = avo_broken\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.delenv("AVO_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+    plugins.reset_plugin_manager()
+    try:
+        records = {r.name: r for r in plugins.plugin_records()}
+        assert "needs a missing library" in (records["broken"].error or "")
+        assert "directory" in records
+        assert "plugin 'broken' (avo-broken) failed to load" in capsys.readouterr().err
+    finally:
+        plugins.reset_plugin_manager()
+
+
+def test_autoload_can_be_disabled(third_party: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AVO_DISABLE_PLUGIN_AUTOLOAD", "1")
+    plugins.reset_plugin_manager()
+    names = {r.name for r in plugins.plugin_records()}
+    assert "wordle" not in names and "directory" in names

@@ -1,0 +1,187 @@
+"""The record outside work/ is the truth: agent commits, resets, tag games and kills."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from avo.engine import evaluate_work, open_run, start_run, submit
+from avo.errors import IntegrityError
+from avo.state import read_trajectory
+from tests.conftest import set_constants
+
+
+def git(work: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=work, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def tags(work: Path) -> dict[str, str]:
+    return {t: git(work, "rev-parse", f"{t}^{{commit}}") for t in git(work, "tag").split()}
+
+
+def test_agent_commits_resets_and_deletes_tags(toy: Path, runs_root: Path, core_plugins: None) -> None:
+    run = start_run(str(toy), runs_root)
+    work = run.paths.work
+    set_constants(work, x=5)
+    v1 = submit(run, "X=5").version
+    assert v1 is not None
+    recorded = tags(work)
+
+    # The agent commits on its own, twice, moves a tag, deletes another and adds a fake one.
+    set_constants(work, x=6)
+    git(work, "commit", "-qam", "agent commit 1")
+    set_constants(work, x=7)
+    git(work, "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-qam", "agent commit 2")
+    git(work, "tag", "-f", "v1", "HEAD")
+    git(work, "tag", "-d", "v0")
+    git(work, "tag", "v9", "HEAD")
+    out = submit(run, "X=7 via two agent commits")
+    assert out.outcome == "accepted" and out.version is not None and out.version.n == 2
+    assert any("HEAD was moved" in n for n in out.notes)
+    # The agent's two commits are folded into one version whose parent is v1.
+    assert git(work, "rev-parse", "v2^") == v1.sha
+    assert set(tags(work)) == {"v0", "v1", "v2"}
+    assert tags(work)["v0"] == recorded["v0"] and tags(work)["v1"] == recorded["v1"]
+
+    # The agent resets to v0: the next submit takes that content as the candidate and rejects it.
+    git(work, "reset", "-q", "--hard", "v0")
+    out = submit(run, "back to the seed")
+    assert out.outcome == "rejected"
+    assert git(work, "rev-parse", "HEAD") == out.best.sha and "X = 7" in (work / "solution.py").read_text()
+    state = open_run(run.paths.root, runs_root).state
+    assert [v.n for v in state.versions] == [0, 1, 2] and state.best == 2
+
+
+def test_modified_evaluator_is_refused(toy: Path, runs_root: Path, core_plugins: None) -> None:
+    run = start_run(str(toy), runs_root)
+    evaluator = toy / "eval.py"
+    evaluator.write_text(evaluator.read_text().replace("OPT_X, OPT_Y = 7.0, 3.0", "OPT_X, OPT_Y = 1.0, 1.0"))
+    set_constants(run.paths.work, x=2)
+    with pytest.raises(IntegrityError, match=r"evaluator changed since this run started \(modified: eval.py"):
+        evaluate_work(run)
+    with pytest.raises(IntegrityError):
+        submit(run, "after tampering")
+    assert len(open_run(run.paths.root, runs_root).state.versions) == 1
+
+
+def test_modified_knowledge_base_is_refused(toy: Path, runs_root: Path, core_plugins: None) -> None:
+    run = start_run(str(toy), runs_root)
+    (run.paths.kb / "hints.md").write_text("the optimum is X=7\n")
+    with pytest.raises(IntegrityError, match="knowledge base changed"):
+        evaluate_work(run)
+
+
+# -- kills in the middle of a submit --------------------------------------------------------
+
+DRIVER = textwrap.dedent(
+    """
+    import os, signal, sys
+    from pathlib import Path
+    import avo.engine as engine
+    from avo.lineage import Lineage
+    import avo.state as state_mod
+
+    point, run_dir, message = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+
+    def die():
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def after(obj, name, when=lambda *a, **k: True):
+        original = getattr(obj, name)
+        def wrapper(*args, **kwargs):
+            result = original(*args, **kwargs)
+            if when(*args, **kwargs):
+                die()
+            return result
+        setattr(obj, name, wrapper)
+
+    def before(obj, name, when=lambda *a, **k: True):
+        original = getattr(obj, name)
+        def wrapper(*args, **kwargs):
+            if when(*args, **kwargs):
+                die()
+            return original(*args, **kwargs)
+        setattr(obj, name, wrapper)
+
+    is_journal = lambda path, data: path.name == "pending.json"
+    if point == "after-journal":
+        after(engine, "write_json_atomic", is_journal)
+    elif point == "after-commit":
+        after(Lineage, "move_branch")
+    elif point == "after-save":
+        after(engine, "save_state")
+    elif point == "before-trajectory":
+        before(engine, "append_trajectory", lambda paths, rec: rec.get("kind") == "submit")
+    elif point == "after-reset":
+        after(Lineage, "reset_hard")
+    elif point == "during-eval":
+        before(engine, "evaluate_dir")
+    run = engine.open_run(run_dir, run_dir.parent)
+    engine.submit(run, message)
+    print("completed without being killed")
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("point", "improving", "recorded"),
+    [
+        ("during-eval", True, False),
+        ("after-journal", True, False),
+        ("after-commit", True, False),
+        ("after-save", True, True),
+        ("before-trajectory", True, True),
+        ("after-journal", False, False),
+        ("after-save", False, True),
+        ("after-reset", False, True),
+    ],
+)
+def test_kill_mid_submit_leaves_a_consistent_run(
+    toy: Path, runs_root: Path, core_plugins: None, tmp_path: Path, point: str, improving: bool, recorded: bool
+) -> None:
+    run = start_run(str(toy), runs_root)
+    work = run.paths.work
+    set_constants(work, x=5)
+    assert submit(run, "v1").outcome == "accepted"
+    set_constants(work, x=6 if improving else 1)
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER)
+    proc = subprocess.run([sys.executable, str(driver), point, str(run.paths.root), "killed step"],
+                          capture_output=True, text=True, cwd=Path(__file__).parent.parent)
+    assert proc.returncode == -9, proc.stdout + proc.stderr
+
+    # The next command (here a status read, then another submit) finds a consistent run.
+    run = open_run(run.paths.root, runs_root)
+    from avo.engine import recover
+    from avo.state import run_lock
+
+    with run_lock(run.paths):
+        recover(run)
+    state = open_run(run.paths.root, runs_root).state
+    assert not (run.paths.private / "pending.json").exists()
+    assert set(tags(work)) == {f"v{v.n}" for v in state.versions}
+    for v in state.versions:
+        assert tags(work)[f"v{v.n}"] == v.sha
+    assert git(work, "rev-parse", "HEAD") == state.best_version.sha
+    submits = [r for r in read_trajectory(run.paths) if r.get("kind") == "submit"]
+    if recorded:
+        assert state.steps == 2 and len(submits) == 2
+        assert submits[-1]["outcome"] == ("accepted" if improving else "rejected")
+        assert len(state.versions) == (3 if improving else 2)
+        expected = "X = 6" if improving else "X = 5"
+        assert expected in (work / "solution.py").read_text()
+        assert git(work, "status", "--porcelain") == ""
+    else:
+        # Nothing recorded: no version lost, no half-commit; the candidate is back in work/.
+        assert state.steps == 1 and len(state.versions) == 2 and len(submits) == 1
+        assert ("X = 6" if improving else "X = 1") in (work / "solution.py").read_text()
+        assert not list(run.paths.rejected.iterdir())
+        out = submit(open_run(run.paths.root, runs_root), "resubmitted after the kill")
+        assert out.outcome == ("accepted" if improving else "rejected")
+    scores = [json.loads(x) for x in git(work, "show", f"v{state.best_version.n}:.avo/scores.jsonl").splitlines()]
+    assert scores[-1]["version"] == f"v{state.best_version.n}"
