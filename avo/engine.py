@@ -243,7 +243,8 @@ def recover(run: Run) -> list[str]:
             notes.append(f"a submit of step {step} was interrupted before its decision; "
                          "the candidate is back in work/ uncommitted")
         paths.journal.unlink(missing_ok=True)
-    missing = [f"v{v.n}" for v in state.versions if not lineage.has_commit(v.sha)]
+    gone = set(lineage.missing_commits([v.sha for v in state.versions]))
+    missing = [f"v{v.n}" for v in state.versions if v.sha in gone]
     if missing:
         raise AvoError(
             f"the lineage in {paths.work} lost accepted commits {missing} (objects deleted). "

@@ -11,20 +11,23 @@ are ``firstresult``: return ``None`` for names that are not yours.
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pluggy
 
-from avo.models import (
-    BackendInfo,
-    EvalOptions,
-    EvalResult,
-    StepRequest,
-    StepResult,
-    SupervisorAnswer,
-    SupervisorBrief,
-    TargetSpec,
-)
+if TYPE_CHECKING:  # the models are only annotations here; `avo --help` should not build them
+    from pathlib import Path
+
+    from avo.models import (
+        BackendInfo,
+        EvalOptions,
+        EvalResult,
+        StepRequest,
+        StepResult,
+        SupervisorAnswer,
+        SupervisorBrief,
+        TargetSpec,
+    )
 
 hookspec = pluggy.HookspecMarker("avo")
 hookimpl = pluggy.HookimplMarker("avo")

@@ -112,16 +112,20 @@ class Lineage:
             args[2:2] = ["-p", parent]
         return self.git(*args, stdin=message.encode()).strip()
 
+    def _on_branch(self) -> None:
+        # An agent may have checked out a tag or another branch; the lineage is `main`.
+        head = (self.work / ".git" / "HEAD").read_text().strip() if (self.work / ".git" / "HEAD").is_file() else ""
+        if head != f"ref: refs/heads/{BRANCH}":
+            self.git("symbolic-ref", "HEAD", f"refs/heads/{BRANCH}")
+
     def move_branch(self, sha: str) -> None:
         """Point the branch and HEAD at ``sha``, index to match, work tree untouched."""
-        self.git("update-ref", f"refs/heads/{BRANCH}", sha)
-        self.git("symbolic-ref", "HEAD", f"refs/heads/{BRANCH}")
+        self._on_branch()
         self.git("reset", "-q", "--mixed", sha)
 
     def reset_hard(self, sha: str) -> None:
         """Make the work tree exactly ``sha`` (ignored files are kept)."""
-        self.git("update-ref", f"refs/heads/{BRANCH}", sha)
-        self.git("symbolic-ref", "HEAD", f"refs/heads/{BRANCH}")
+        self._on_branch()
         self.git("reset", "-q", "--hard", sha)
         self.git("clean", "-q", "-fd")
 
@@ -142,10 +146,12 @@ class Lineage:
                 repaired.append(name)
         return repaired
 
-    def has_commit(self, sha: str) -> bool:
-        proc = subprocess.run(["git", "cat-file", "-e", f"{sha}^{{commit}}"], cwd=self.work,
-                              capture_output=True)
-        return proc.returncode == 0
+    def missing_commits(self, shas: Sequence[str]) -> list[str]:
+        """Which of ``shas`` are not commits in the repository (one git call for all)."""
+        if not shas:
+            return []
+        out = self.git("cat-file", "--batch-check", stdin="".join(f"{s}\n" for s in shas).encode())
+        return [sha for sha, line in zip(shas, out.splitlines()) if line.split()[1:2] != ["commit"]]
 
     def is_dirty(self, best: str) -> bool:
         return self.snapshot_tree() != self.tree_of(best)

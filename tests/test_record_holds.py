@@ -34,7 +34,7 @@ def test_agent_commits_resets_and_deletes_tags(toy: Path, runs_root: Path, core_
 
     # The agent commits on its own, twice, moves a tag, deletes another and adds a fake one.
     set_constants(work, x=6)
-    git(work, "commit", "-qam", "agent commit 1")
+    git(work, "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-qam", "agent commit 1")
     set_constants(work, x=7)
     git(work, "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-qam", "agent commit 2")
     git(work, "tag", "-f", "v1", "HEAD")

@@ -1,0 +1,60 @@
+"""nox sessions: tests, lint, bench. Every local distribution is found by scanning folders.
+
+The core lives at the root; targets in ``avo-target-*/``; backends in ``plugins/*/``. Each
+session installs all of them (requirements.txt lists the same set for a user's install).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+nox.options.sessions = ["tests", "lint"]
+nox.options.reuse_existing_virtualenvs = True
+
+
+def distributions() -> list[Path]:
+    """Every distribution folder besides the core, in a stable order."""
+    found = sorted(ROOT.glob("avo-target-*/pyproject.toml")) + sorted(ROOT.glob("plugins/*/pyproject.toml"))
+    return [p.parent for p in found]
+
+
+def install_all(session: nox.Session) -> None:
+    session.install("-r", "requirements.txt")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Core tests with every plugin installed, then each distribution's own tests."""
+    install_all(session)
+    session.install("pytest")
+    session.run("pytest", "tests", "-q", *session.posargs)
+    for dist in distributions():
+        if (dist / "tests").is_dir():
+            session.run("pytest", str(dist / "tests"), "-q", "-p", "no:cacheprovider", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff and mypy over the core and every distribution."""
+    install_all(session)
+    session.install("ruff", "mypy", "types-PyYAML")
+    paths = ["avo", "tests", "bench", "noxfile.py", *(str(d) for d in distributions())]
+    session.run("ruff", "check", *paths)
+    session.run("mypy", "avo", *(str(d / d.name.replace("-", "_")) for d in distributions()
+                                 if (d / d.name.replace("-", "_")).is_dir()))
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks of the core and of each distribution, written to bench-report.md."""
+    install_all(session)
+    report = ROOT / "bench-report.md"
+    report.write_text("# avo benchmark report\n\n")
+    session.run("python", "bench/core_bench.py", str(report))
+    for dist in distributions():
+        if (dist / "bench.py").exists():
+            session.run("python", str(dist / "bench.py"), str(report))
+    session.log(f"report written to {report}")
