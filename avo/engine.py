@@ -175,7 +175,8 @@ def _tags(state: RunState) -> dict[str, str]:
 
 def _commit_message(n: int, message: str, scalar: float, metrics: dict[str, float], target: str) -> str:
     vector = ", ".join(f"{k}={v:.6g}" for k, v in metrics.items())
-    return f"v{n}: {message.strip() or '(no message)'}\n\navo-target: {target}\navo-scalar: {scalar:.6g}\navo-metrics: {vector}\n"
+    subject = message.strip() or "(no message)"
+    return f"v{n}: {subject}\n\navo-target: {target}\navo-scalar: {scalar:.6g}\navo-metrics: {vector}\n"
 
 
 def _usage_add(state: RunState, usage: dict[str, Any] | None) -> None:
@@ -480,7 +481,8 @@ def submit(run: Run, message: str, *, extra: dict[str, Any] | None = None) -> Su
                     reason = f"a confirmation run failed: {errors[0]}"
                 else:
                     decision = confirm(cand_runs, best_runs, direction, band)
-                    accepted, new_best, scalar, reason = decision.accepted, decision.new_best, decision.scalar, decision.reason
+                    accepted, new_best = decision.accepted, decision.new_best
+                    scalar, reason = decision.scalar, decision.reason
             outcome = "accepted" if accepted else "rejected"
 
         state.steps = step

@@ -50,10 +50,7 @@ class Lineage:
         if index is not None:
             env["GIT_INDEX_FILE"] = str(index)
         env["GIT_TERMINAL_PROMPT"] = "0"
-        proc = subprocess.run(
-            ["git", *_CONFIG, *args], cwd=self.work, env=env, input=stdin,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )
+        proc = subprocess.run(["git", *_CONFIG, *args], cwd=self.work, env=env, input=stdin, capture_output=True)
         if check and proc.returncode != 0:
             raise AvoError(
                 f"git {' '.join(args[:3])} failed in {self.work}: "
@@ -151,7 +148,7 @@ class Lineage:
         if not shas:
             return []
         out = self.git("cat-file", "--batch-check", stdin="".join(f"{s}\n" for s in shas).encode())
-        return [sha for sha, line in zip(shas, out.splitlines()) if line.split()[1:2] != ["commit"]]
+        return [sha for sha, line in zip(shas, out.splitlines(), strict=False) if line.split()[1:2] != ["commit"]]
 
     def is_dirty(self, best: str) -> bool:
         return self.snapshot_tree() != self.tree_of(best)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
+from typing import cast
 
 import pluggy
 
@@ -106,7 +107,7 @@ def all_targets() -> list[TargetSpec]:
     pm = get_plugin_manager()
     specs: list[TargetSpec] = []
     for impl in reversed(pm.hook.avo_targets.get_hookimpls()):
-        for spec in impl.function() or []:
+        for spec in cast("list[TargetSpec]", impl.function() or []):
             specs.append(spec.model_copy(update={"provider": _provider_of(pm, impl.plugin)}))
     return specs
 
@@ -116,7 +117,7 @@ def all_backends() -> list[BackendInfo]:
     pm = get_plugin_manager()
     infos: list[BackendInfo] = []
     for impl in reversed(pm.hook.avo_backends.get_hookimpls()):
-        for info in impl.function() or []:
+        for info in cast("list[BackendInfo]", impl.function() or []):
             infos.append(info.model_copy(update={"provider": _provider_of(pm, impl.plugin)}))
     return infos
 

@@ -87,7 +87,10 @@ def _rejected(records: list[dict[str, Any]], limit: int = MAX_REJECTED) -> str:
 def _baselines(state: RunState) -> str:
     if not state.baselines:
         return ""
-    rows = [f"- {b.name}: {fmt_number(b.scalar) if b.correct else 'failed: ' + _trim(b.error, 80)}" for b in state.baselines]
+    rows = [
+        f"- {b.name}: {fmt_number(b.scalar) if b.correct else 'failed: ' + _trim(b.error, 80)}"
+        for b in state.baselines
+    ]
     return "## Baselines (measured at start)\n" + "\n".join(rows) + "\n\n"
 
 
@@ -134,7 +137,8 @@ The scalar is the geometric mean of the per-config metrics unless the target giv
 - evaluate f at will: `{paths.avo_eval}` (short summary; full logs in `{paths.logs}/`)
 - submit when done: `avo submit --run {paths.root} -m "what changed and why"`
 - scratch memory that survives every reset: `{paths.notes}`
-- lineage P_t is git history in work/: `git log --oneline`, `git show v{best.n}:{spec.entrypoint}`, `git diff v0 v{best.n}`
+- lineage P_t is git history in work/: `git log --oneline`, `git show v{best.n}:{spec.entrypoint}`,
+  `git diff v0 v{best.n}`
 
 ## Rules
 1. Edit only files in work/. Never modify the evaluator, kb/, run.json or the trajectory; a
@@ -178,7 +182,8 @@ def supervisor_brief(run: Run) -> str:
     best = state.best_version
     for c in state.configs:
         series = " → ".join(fmt_number(v.metrics.get(c)) for v in state.versions[-8:])
-        trend.append(f"| {c} | {fmt_number(state.seed_version.metrics.get(c))} | {fmt_number(best.metrics.get(c))} | {series} |")
+        first, top = fmt_number(state.seed_version.metrics.get(c)), fmt_number(best.metrics.get(c))
+        trend.append(f"| {c} | {first} | {top} | {series} |")
     return f"""# Supervisor review — run {state.id}, target `{spec.name}`
 
 You are the supervisor of an evolutionary search whose variation operator is a coding agent.

@@ -170,7 +170,10 @@ def avo_targets() -> list[TargetSpec]:
     specs = []
     for entry in filter(None, os.environ.get(PATH_ENV, "").split(os.pathsep)):
         base = Path(entry)
-        folders = [base] if (base / SPEC_FILE).is_file() else sorted(p for p in base.glob("*") if (p / SPEC_FILE).is_file())
+        if (base / SPEC_FILE).is_file():
+            folders = [base]
+        else:
+            folders = sorted(p for p in base.glob("*") if (p / SPEC_FILE).is_file())
         for folder in folders:
             try:
                 specs.append(spec_from_folder(folder))

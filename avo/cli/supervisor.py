@@ -27,7 +27,9 @@ def brief(run: RunRef = None, runs_dir: RunsDir = None) -> None:
 @app.command()
 def record(
     text: Annotated[str | None, typer.Argument(help="The redirect text, or - for stdin.")] = None,
-    file: Annotated[Path | None, typer.Option("--file", "-f", help="Read the redirect from a file (- = stdin).")] = None,
+    file: Annotated[
+        Path | None, typer.Option("--file", "-f", help="Read the redirect from a file (- = stdin).")
+    ] = None,
     run: RunRef = None,
     runs_dir: RunsDir = None,
 ) -> None:
