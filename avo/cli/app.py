@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from avo.cli import evolve, info, mcp_cmd, report, session, supervisor
+from avo.cli import evolve, examples, info, mcp_cmd, report, session, supervisor
 
 app = typer.Typer(
     name="avo",
@@ -22,3 +22,4 @@ app.add_typer(supervisor.app, name="supervisor")
 evolve.register(app)
 mcp_cmd.register(app)
 report.register(app)
+examples.register(app)

@@ -1,0 +1,45 @@
+"""``avo export`` and ``avo verify``: ship a run as an example and re-check it later."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from avo.cli.common import RunRef, RunsDir, out, runs_root, user_errors
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def export(
+        output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write the example into.")],
+        run: RunRef = None,
+        runs_dir: RunsDir = None,
+        no_plot: Annotated[bool, typer.Option("--no-plot", help="Skip the plot and the HTML report.")] = False,
+    ) -> None:
+        """Write a run as a shippable example: lineage bundle, record, archive, plot, report."""
+        from avo.engine import open_run
+        from avo.examples import export_run
+
+        with user_errors():
+            r = open_run(run, runs_root(runs_dir))
+            for path in export_run(r, output, plot=not no_plot):
+                out.print(f"wrote {path}")
+
+    @app.command()
+    def verify(
+        example: Annotated[Path, typer.Argument(help="A folder written by `avo export`.")],
+        version: Annotated[int | None, typer.Option("--version", help="Check vN instead of the best.")] = None,
+    ) -> None:
+        """Re-evaluate a shipped example's best version and compare with its recorded score."""
+        from avo.examples import verify_example
+
+        with user_errors():
+            result = verify_example(example, version=version)
+            if result.evaluator_changed:
+                out.print("note: the installed target's evaluator differs from the one this run used")
+            verdict = "OK" if result.ok else "MISMATCH"
+            out.print(f"{verdict}: v{result.version.n} — {result.detail}")
+            if not result.ok:
+                raise typer.Exit(1)

@@ -1,0 +1,117 @@
+"""Ship a run as an example, and re-check a shipped example against its recorded score.
+
+An example folder holds the lineage as a git bundle (every version, every tag), the record
+(run.json, trajectory.jsonl), the archive (rejected/, supervisor/, NOTES.md) and, when
+matplotlib is installed, the plot and the HTML report. ``verify`` re-evaluates the best
+version from the bundle with the installed target and compares it with the record: exactly
+for a deterministic target, within the declared noise band otherwise.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from avo.contract import gain
+from avo.errors import AvoError
+from avo.evaluation import evaluate_dir
+from avo.integrity import hash_tree
+from avo.lineage import Lineage
+from avo.state import RunState, Version
+
+BUNDLE = "lineage.bundle"
+COPIED = ("run.json", "trajectory.jsonl", "NOTES.md")
+COPIED_DIRS = ("rejected", "supervisor")
+
+
+def export_run(run: object, dest: Path, *, plot: bool = True) -> list[Path]:
+    """Write ``run`` (an :class:`avo.engine.Run`) into ``dest`` as a self-contained example."""
+    from avo.engine import Run
+
+    assert isinstance(run, Run)
+    dest.mkdir(parents=True, exist_ok=True)
+    written = []
+    bundle = dest / BUNDLE
+    run.lineage.git("bundle", "create", str(bundle.resolve()), "--all")
+    written.append(bundle)
+    for name in COPIED:
+        if (run.paths.root / name).exists():
+            shutil.copy2(run.paths.root / name, dest / name)
+            written.append(dest / name)
+    for name in COPIED_DIRS:
+        if (run.paths.root / name).is_dir():
+            shutil.rmtree(dest / name, ignore_errors=True)
+            shutil.copytree(run.paths.root / name, dest / name)
+            written.append(dest / name)
+    if plot:
+        from avo.plot import plot_run
+        from avo.report import write_report
+
+        written.append(plot_run(run, dest / "trajectory.png", attempts=True))
+        written.append(write_report(run, dest / "report.html"))
+    return written
+
+
+@dataclass
+class Verification:
+    """The outcome of re-evaluating a shipped example's best version."""
+
+    ok: bool
+    version: Version
+    scalar: float | None
+    metrics: dict[str, float]
+    detail: str
+    evaluator_changed: bool
+
+
+def verify_example(folder: Path, *, version: int | None = None) -> Verification:
+    """Re-evaluate the best (or ``version``) of a shipped example and compare with the record."""
+    from avo.plugins import find_target, plugin_module_dir
+
+    run_json, bundle = folder / "run.json", folder / BUNDLE
+    for needed in (run_json, bundle):
+        if not needed.exists():
+            raise AvoError(f"{folder} is not a shipped example: {needed.name} is missing")
+    state = RunState.model_validate_json(run_json.read_bytes())
+    wanted = state.best_version if version is None else next(
+        (v for v in state.versions if v.n == version), None)
+    if wanted is None:
+        raise AvoError(f"the example has no version v{version}")
+    spec = state.target
+    if spec.directory is None or not spec.directory.is_dir():
+        spec = find_target(spec.name)
+    with tempfile.TemporaryDirectory(prefix="avo-verify-") as tmp:
+        clone = Path(tmp) / "work"
+        proc = subprocess.run(["git", "clone", "-q", str(bundle.resolve()), str(clone)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise AvoError(f"cannot read {bundle}: {proc.stderr.strip()}")
+        lineage = Lineage(clone, Path(tmp) / "index")
+        tag_sha = lineage.git("rev-parse", f"v{wanted.n}^{{commit}}", check=False).strip()
+        if tag_sha != wanted.sha:
+            raise AvoError(f"the bundle's v{wanted.n} is {tag_sha or 'missing'}, the record says {wanted.sha}")
+        snap = Path(tmp) / "candidate"
+        lineage.export(wanted.sha, snap)
+        evaluator_changed = False
+        if spec.directory is None and spec.provider:
+            root = plugin_module_dir(spec.provider)
+            evaluator_changed = root is not None and hash_tree(root) != state.hashes.get("evaluator")
+        ev = evaluate_dir(spec, snap, Path(tmp) / "verify.log", quick=state.options.quick,
+                          configs=set(state.configs) or None)
+        log_tail = (Path(tmp) / "verify.log").read_text(errors="replace")[-2000:]
+    if ev.scalar is None:
+        return Verification(False, wanted, None, {}, f"the recorded version now fails: {ev.result.error}\n{log_tail}",
+                            evaluator_changed)
+    band = state.options.noise.band
+    if band == 0:
+        same = all(abs(ev.result.metrics.get(k, float("nan")) - v) <= 1e-9 * max(1.0, abs(v))
+                   for k, v in wanted.metrics.items())
+        detail = ("reproduced exactly" if same else
+                  f"metrics differ: recorded {wanted.metrics}, measured {ev.result.metrics}")
+        return Verification(same, wanted, ev.scalar, ev.result.metrics, detail, evaluator_changed)
+    g = gain(ev.scalar, wanted.scalar, spec.direction)
+    ok = abs(g) <= band
+    detail = f"measured {ev.scalar:.6g} vs recorded {wanted.scalar:.6g} ({g:+.2%}; noise band ±{band:.0%})"
+    return Verification(ok, wanted, ev.scalar, ev.result.metrics, detail, evaluator_changed)

@@ -1,0 +1,60 @@
+"""Shipping a run as an example, and re-checking it from its bundle."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from avo.cli.app import app
+from avo.engine import start_run, submit
+from avo.errors import AvoError
+from avo.examples import export_run, verify_example
+from tests.conftest import set_constants
+
+
+def make_run(toy: Path, runs_root: Path):  # type: ignore[no-untyped-def]
+    run = start_run(str(toy), runs_root)
+    set_constants(run.paths.work, x=6)
+    submit(run, "X to 6")
+    set_constants(run.paths.work, x=0)
+    submit(run, "X to 0")
+    return run
+
+
+def test_export_and_verify(toy: Path, runs_root: Path, core_plugins: None, tmp_path: Path) -> None:
+    run = make_run(toy, runs_root)
+    dest = tmp_path / "example"
+    written = {p.name for p in export_run(run, dest, plot=False)}
+    assert {"lineage.bundle", "run.json", "trajectory.jsonl", "NOTES.md", "rejected"} <= written
+    shutil.rmtree(run.paths.root)  # the example stands alone
+    result = verify_example(dest)
+    assert result.ok and result.version.n == 1 and result.detail == "reproduced exactly"
+    assert verify_example(dest, version=0).ok
+
+    # A record that claims more than the code scores is caught.
+    data = json.loads((dest / "run.json").read_text())
+    data["versions"][1]["metrics"]["config_a"] *= 1.5
+    (dest / "run.json").write_text(json.dumps(data))
+    result = verify_example(dest)
+    assert not result.ok and "metrics differ" in result.detail
+    code = CliRunner().invoke(app, ["verify", str(dest)], catch_exceptions=False)
+    assert code.exit_code == 1 and "MISMATCH: v1" in code.output
+
+
+def test_verify_rejects_a_folder_that_is_not_an_example(tmp_path: Path) -> None:
+    with pytest.raises(AvoError, match="lineage.bundle is missing|run.json is missing"):
+        verify_example(tmp_path)
+
+
+def test_export_with_plot_and_report(toy: Path, runs_root: Path, core_plugins: None, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="the plot extra (matplotlib) is not installed")
+    run = make_run(toy, runs_root)
+    code = CliRunner().invoke(app, ["export", "-o", str(tmp_path / "ex")], catch_exceptions=False)
+    assert code.exit_code == 0
+    assert (tmp_path / "ex" / "trajectory.png").stat().st_size > 1000
+    assert "<html" in (tmp_path / "ex" / "report.html").read_text().lower()
+    assert run.state.id in (tmp_path / "ex" / "run.json").read_text()
