@@ -45,10 +45,15 @@ def lineage_table(state: RunState, rows: int = MAX_LINEAGE_ROWS) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     prev: Version | None = None
     for v in shown:
-        delta = "" if prev is None else f"{gain(v.scalar, prev.scalar, state.target.direction):+.1%}"
+        direction = state.target.direction
+        delta = "" if prev is None else f"{gain(v.scalar, prev.scalar, direction):+.1%}"
         mark = " ★" if v.n == state.best else ""
-        cells = [f"v{v.n}{mark}", fmt_number(v.scalar), delta, *(fmt_number(v.metrics.get(c)) for c in configs),
-                 _trim(v.message, 70)]
+        per_config = []
+        for c in configs:
+            value, before = v.metrics.get(c), prev.metrics.get(c) if prev else None
+            moved = f" ({gain(value, before, direction):+.0%})" if value is not None and before else ""
+            per_config.append(fmt_number(value) + moved)
+        cells = [f"v{v.n}{mark}", fmt_number(v.scalar), delta, *per_config, _trim(v.message, 70)]
         lines.append("| " + " | ".join(cells) + " |")
         prev = v
     if len(state.configs) > MAX_CONFIG_COLUMNS:
