@@ -22,7 +22,7 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -103,13 +103,24 @@ class AvoTools:
 
     def _output_path(self, output: str | None, run: Run) -> Path:
         if output is None or not output.strip():
-            return run.paths.root / "plot.png"
+            return run.paths.root / "trajectory.png"
         path = Path(output.strip()).expanduser()
         path = path if path.is_absolute() else run.paths.root / path
         if not self._inside(path):
             raise AvoError(f"output {output!r} is outside the runs directory {self.runs_root}; "
                            "give a file name (it is written into the run's folder)")
         return path.resolve()
+
+    def _check_can_step(self, run: Run) -> None:
+        """The engine's check, with the MCP tools to call instead of the CLI commands it names."""
+        from avo.engine import _check_can_step
+
+        try:
+            _check_can_step(run.state)
+        except BlockedError as exc:
+            hint = (" Via MCP: call avo_supervisor_brief, answer it, then avo_record_supervisor."
+                    if run.state.supervisor.due else f" Via MCP: avo_start_run(from_run={run.state.id!r}).")
+            raise BlockedError(f"{exc}{hint}") from None
 
     def _prompt(self, run: Run) -> str:
         from avo.prompts import variation_prompt
@@ -142,7 +153,7 @@ class AvoTools:
         from_run: Annotated[str | None, Field(
             description="Seed a new run from another run's best, or a version of it: RUN or RUN:vN.")] = None,
     ) -> str:
-        from avo.engine import _check_can_step, start_run
+        from avo.engine import start_run
 
         if run is not None:
             if target is not None or from_run is not None:
@@ -150,7 +161,7 @@ class AvoTools:
             r = self._open(run)
             head = self.status(run=str(r.paths.root))
             try:
-                _check_can_step(r.state)
+                self._check_can_step(r)
             except BlockedError as exc:
                 return f"resumed {r.state.id}\n{head}\n\nblocked: {exc}"
             return f"resumed {r.state.id}\n{head}\n\n{self._prompt(r)}"
@@ -171,10 +182,8 @@ class AvoTools:
                 + self._prompt(r))
 
     def next_step(self, run: RunArg = None) -> str:
-        from avo.engine import _check_can_step
-
         r = self._open(run)
-        _check_can_step(r.state)
+        self._check_can_step(r)
         return self._prompt(r)
 
     def evaluate(self, run: RunArg = None) -> str:
@@ -255,9 +264,10 @@ class AvoTools:
         self,
         run: RunArg = None,
         output: Annotated[str | None, Field(
-            description="Image file to write, relative to the run folder (default plot.png there).")] = None,
-        x: Annotated[str, Field(description="The x axis: 'version' (default) or another axis avo plot supports.")
-                     ] = "version",
+            description="Image file (.png, .svg or .pdf) to write, relative to the run folder "
+                        "(default: trajectory.png there).")] = None,
+        x: Annotated[Literal["version", "time"], Field(
+            description="The x axis: accepted version number (default) or wall-clock time.")] = "version",
         attempts: Annotated[bool, Field(description="Also mark every rejected or failed attempt.")] = False,
     ) -> str:
         r = self._open(run)
