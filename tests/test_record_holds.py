@@ -185,3 +185,21 @@ def test_kill_mid_submit_leaves_a_consistent_run(
         assert out.outcome == ("accepted" if improving else "rejected")
     scores = [json.loads(x) for x in git(work, "show", f"v{state.best_version.n}:.avo/scores.jsonl").splitlines()]
     assert scores[-1]["version"] == f"v{state.best_version.n}"
+
+
+def test_two_submits_never_interleave(toy: Path, runs_root: Path, core_plugins: None) -> None:
+    evaluator = toy / "eval.py"
+    # A slow evaluator, so the second submit really arrives while the first holds the lock.
+    evaluator.write_text(evaluator.read_text().replace("def main() -> int:\n", "def main() -> int:\n    import time; time.sleep(1.5)\n"))
+    run = start_run(str(toy), runs_root)
+    set_constants(run.paths.work, x=6)
+    cmd = [sys.executable, "-m", "avo", "submit", "--run", str(run.paths.root), "-m"]
+    first = subprocess.Popen([*cmd, "first"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    second = subprocess.Popen([*cmd, "second"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    outputs = sorted([first.communicate(timeout=120)[0], second.communicate(timeout=120)[0]], key=len)
+    # One submit wins the lock and commits v1; the other waits, then finds nothing left to submit.
+    assert any("ACCEPTED as v1" in o for o in outputs), outputs
+    assert any("nothing to submit" in o for o in outputs), outputs
+    state = open_run(run.paths.root, runs_root).state
+    assert state.steps == 1 and len(state.versions) == 2
+    assert [r["step"] for r in read_trajectory(run.paths) if r.get("kind") == "submit"] == [1]
