@@ -1,0 +1,110 @@
+"""avo target ``game2048``: evolve a 2048 player under a hard thinking-time budget.
+
+The plugin module registered under the ``avo`` entry-point group. Imports stay light (no
+engine tables are built) until a hook actually evaluates something.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from avo import hookimpl
+from avo.models import EvalOptions, EvalResult, NoiseSpec, TargetSpec
+
+NAME = "game2048"
+PACKAGE_DIR = Path(__file__).resolve().parent
+SEED_DIR = PACKAGE_DIR / "seed"
+KB_DIR = PACKAGE_DIR / "kb"
+BASELINES_DIR = PACKAGE_DIR / "baselines"
+# Weak to strong; each is an agent.py played through the same pipe as a candidate.
+BASELINES = ("random_legal", "fixed_order", "greedy", "corner", "expectimax")
+
+GOAL = """\
+Evolve agent.py into the strongest 2048 player you can, under a hard thinking-time budget.
+
+Interface: agent.py defines choose_move(board) -> "U" | "D" | "L" | "R"; board is 4 rows of
+4 tile values (0 = empty), row 0 at the top. "U" slides tiles towards row 0, "L" towards
+column 0. The move must change the board. agent.py runs in its own process, standard
+library only, one thread, started once per evaluation; module-level state persists across
+moves and games. The harness owns the engine and the random spawns (2 with p 0.9, else 4)
+and talks to your process over a pipe, one line per move; what you print goes to a log.
+
+Score: the game score is the sum of the values of all merged tiles (two 256s merging add
+512), so the benchmark pays for merge points, not for how healthy a board looks. Each
+metric (bank1..bank4) is the mean game score over 12 fixed, deterministic seeds; the
+scalar is the geometric mean of the four banks. Quick runs use bank1 with 2 games.
+
+Budget: 120 s of your process's CPU time for the whole evaluation (48 games, start-up and
+imports included), measured by the harness from the kernel. Past the budget the score is
+zero, not "a bit less". A reply must also come within 20 s of wall time, and the whole
+evaluation within 720 s. Search depth, evaluation cost and pruning compete for the same
+seconds; that trade-off is the problem. An illegal or malformed reply, an exception, an
+exit, extra threads or processes fail the evaluation with a message naming the game and
+the move.
+
+Rules: play from the board you are shown. Do not read the harness's files, predict its
+random number generator, or keep state between evaluations outside agent.py's directory.
+The knowledge base (kb/) covers expectimax, evaluation terms, bitboards and time management.
+"""
+
+
+def spec() -> TargetSpec:
+    """The TargetSpec of game2048."""
+    return TargetSpec(
+        name=NAME,
+        description="2048 player evolution under a 120 s CPU budget (stdlib Python, pipe-isolated)",
+        entrypoint="agent.py",
+        direction="maximize",
+        goal=GOAL,
+        eval_timeout=900.0,
+        baseline_timeout=3600.0,
+        has_baselines=True,
+        noise=NoiseSpec(band=0.0),
+        requirements=[],
+    )
+
+
+@hookimpl
+def avo_targets() -> list[TargetSpec]:
+    """Announce game2048."""
+    return [spec()]
+
+
+@hookimpl
+def avo_seed(target: TargetSpec, dest: Path) -> bool | None:
+    """Write the weak seed player agent.py."""
+    if target.name != NAME:
+        return None
+    shutil.copy2(SEED_DIR / "agent.py", dest / "agent.py")
+    return True
+
+
+@hookimpl
+def avo_knowledge(target: TargetSpec, dest: Path) -> bool | None:
+    """Copy the knowledge base documents."""
+    if target.name != NAME:
+        return None
+    for doc in sorted(KB_DIR.glob("*.md")):
+        shutil.copy2(doc, dest / doc.name)
+    return True
+
+
+@hookimpl
+def avo_evaluate(target: TargetSpec, workdir: Path, options: EvalOptions) -> EvalResult | None:
+    """Play the candidate's games through the pipe and score them."""
+    if target.name != NAME:
+        return None
+    from avo_target_game2048.harness import Settings, evaluate_dir
+
+    return evaluate_dir(workdir, Settings.from_options(options), options.log_dir)
+
+
+@hookimpl
+def avo_baselines(target: TargetSpec, options: EvalOptions) -> dict[str, EvalResult] | None:
+    """Measure the reference players, each through the same pipe and budget as a candidate."""
+    if target.name != NAME:
+        return None
+    from avo_target_game2048.baselines_run import measure_all
+
+    return measure_all(options)

@@ -1,0 +1,5 @@
+"""Breaks the rules: always moves up, even when up does not change the board."""
+
+
+def choose_move(board):
+    return "U"

@@ -1,0 +1,10 @@
+"""avo's conformance suite (avo.testing) against the game2048 target, through real evaluator children."""
+
+from __future__ import annotations
+
+from avo.testing import TargetConformance
+
+
+class TestGame2048Conformance(TargetConformance):
+    target = "game2048"
+    garbage = "def choose_move(board):\n    return (((\n"
