@@ -155,10 +155,10 @@ def figure_from_data(data: TrajectoryData, *, attempts: bool = False) -> Figure:
     handles: list[Any] = []
 
     if attempts and data.attempts:
-        rejected = [a for a in data.attempts if a.outcome == "rejected" and a.scalar is not None]
+        rejected = [(a.x, a.scalar) for a in data.attempts if a.outcome == "rejected" and a.scalar is not None]
         failed = [a for a in data.attempts if a.scalar is None or a.outcome == "failed"]
         if rejected:
-            sc = ax.scatter([a.x for a in rejected], [a.scalar for a in rejected], s=18, color="0.55",
+            sc = ax.scatter([p[0] for p in rejected], [p[1] for p in rejected], s=18, color="0.55",
                             alpha=0.45, linewidths=0, zorder=2, label=f"rejected attempt ({len(rejected)})")
             sc.set_gid("attempts-rejected")
             handles.append(sc)
@@ -176,8 +176,8 @@ def figure_from_data(data: TrajectoryData, *, attempts: bool = False) -> Figure:
                            label="running best (scalar)")
     step_line.set_gid("running-best")
     handles.append(step_line)
-    best_x = [x for x, m in zip(data.xs, data.new_best) if m]
-    best_y = [y for y, m in zip(data.running_best, data.new_best) if m]
+    best_x = [x for x, m in zip(data.xs, data.new_best, strict=True) if m]
+    best_y = [y for y, m in zip(data.running_best, data.new_best, strict=True) if m]
     (marks,) = ax.plot(best_x, best_y, linestyle="none", marker="o", markersize=7, color="tab:blue",
                        markeredgecolor="white", zorder=5, label="new best")
     marks.set_gid("new-best")
@@ -206,7 +206,7 @@ def figure_from_data(data: TrajectoryData, *, attempts: bool = False) -> Figure:
         colors = ["tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive",
                   "tab:cyan"]
         for i, (name, ratios) in enumerate(data.configs.items()):
-            pts = [(x, r) for x, r in zip(data.xs, ratios) if r is not None]
+            pts = [(x, r) for x, r in zip(data.xs, ratios, strict=True) if r is not None]
             (line,) = ax2.plot([p[0] for p in pts], [p[1] for p in pts], linestyle=":", linewidth=1.4,
                                marker=".", markersize=4, color=colors[i % len(colors)], alpha=0.85,
                                label=f"{name} (÷ x_0)")

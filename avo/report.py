@@ -157,7 +157,8 @@ def _archived(run: Run, rel: Any) -> str:
     path = (run.paths.root / str(rel)).resolve()
     if not path.is_relative_to(run.paths.root) or not path.is_file():
         return f'<p class="muted">archived diff {_e(rel)} is missing</p>'
-    return f"<details><summary>archived diff {_e(rel)}</summary>{_diff_html(path.read_text('utf-8', 'replace'))}</details>"
+    diff = _diff_html(path.read_text("utf-8", "replace"))
+    return f"<details><summary>archived diff {_e(rel)}</summary>{diff}</details>"
 
 
 def _attempts(run: Run, records: list[dict[str, Any]]) -> str:

@@ -11,7 +11,7 @@ from avo.cli.common import JsonFlag, RunRef, RunsDir, out, print_json, runs_root
 
 RunArg = Annotated[
     str | None,
-    typer.Argument(help="Run id or path (default: the newest run).", show_default=False),
+    typer.Argument(metavar="RUN", help="Run id or path (default: the newest run).", show_default=False),
 ]
 
 

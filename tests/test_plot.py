@@ -1,0 +1,138 @@
+"""avo plot: the trajectory figure from a real toy run, checked through its artists."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from avo.cli.app import app
+from avo.engine import Run, open_run, record_redirect, start_run, submit, write_brief
+from avo.errors import AvoError
+from avo.plot import build_figure, plot_run, trajectory_data
+from tests.conftest import FIXTURES, set_constants
+
+SCRIPT_TAG = "<script>alert('x')</script>"
+
+
+def make_toy_run(runs_root: Path) -> Run:
+    """A toy run with every kind of step: improving, worse, failing, improving, matching."""
+    run = start_run(str(FIXTURES / "toy"), runs_root)
+    set_constants(run.paths.work, x=4.0)
+    assert submit(run, "move X towards its optimum").outcome == "accepted"
+    set_constants(run.paths.work, x=2.0)
+    assert submit(run, f"X too far {SCRIPT_TAG}").outcome == "rejected"
+    (run.paths.work / "solution.py").write_text("def square(n):\n    return n + n\nX = 7.0\nY = 1.0\n")
+    assert submit(run, "break the gate").outcome == "failed"
+    set_constants(run.paths.work, y=3.0)
+    assert submit(run, "Y to its optimum").outcome == "accepted"
+    (run.paths.work / "solution.py").write_text((run.paths.work / "solution.py").read_text() + "# a comment\n")
+    assert submit(run, "a comment only (matches)").outcome == "accepted"
+    write_brief(run)
+    record_redirect(run, f"Try X = 7 next. {SCRIPT_TAG}")
+    with open(run.paths.notes, "a") as fh:
+        fh.write(f"\nNOTE-MARKER: X near 7 looks good {SCRIPT_TAG}\n")
+    return open_run(run.paths.root, runs_root)
+
+
+@pytest.fixture(scope="module")
+def toy_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return make_toy_run(tmp_path_factory.mktemp("plot") / "runs")
+
+
+def _by_gid(fig, gid: str):  # type: ignore[no-untyped-def]
+    return fig.findobj(lambda artist: artist.get_gid() == gid)
+
+
+def test_running_best_is_a_step_over_versions_with_circles_at_new_bests(toy_run: Run) -> None:
+    state = toy_run.state
+    fig = build_figure(toy_run)
+    (step,) = _by_gid(fig, "running-best")
+    assert step.get_drawstyle() == "steps-post"
+    scalars = [v.scalar for v in state.versions]
+    assert len(scalars) == 4  # v0, v1 (better), v2 (better), v3 (matches v2)
+    assert list(step.get_ydata()) == pytest.approx([scalars[0], scalars[1], scalars[2], scalars[2], scalars[2]])
+    (marks,) = _by_gid(fig, "new-best")
+    assert list(marks.get_xdata()) == [0, 1, 2]  # the match v3 is not a new best
+    assert marks.get_marker() == "o"
+    assert list(marks.get_ydata()) == pytest.approx(scalars[:3])
+    assert fig.texts[0].get_text().startswith("toy: best") and "%" in fig.texts[0].get_text()
+
+
+def test_one_dotted_curve_per_config_relative_to_the_seed(toy_run: Run) -> None:
+    fig = build_figure(toy_run)
+    seed = toy_run.state.versions[0].metrics
+    for name in ("config_a", "config_b"):
+        (line,) = _by_gid(fig, f"config:{name}")
+        assert line.get_linestyle() == ":"
+        expected = [v.metrics[name] / seed[name] for v in toy_run.state.versions]
+        assert list(line.get_ydata()) == pytest.approx(expected)
+    assert len(fig.findobj(lambda a: str(a.get_gid()).startswith("config:"))) == 2
+
+
+def test_baselines_are_labelled_horizontal_lines(toy_run: Run) -> None:
+    fig = build_figure(toy_run)
+    baselines = {b.name: b.scalar for b in toy_run.state.baselines}
+    assert set(baselines) == {"zeros", "midpoint"}
+    for name, value in baselines.items():
+        (line,) = _by_gid(fig, f"baseline:{name}")
+        assert list(line.get_ydata()) == pytest.approx([value, value])
+        assert name in line.get_label()
+
+
+def test_attempts_show_the_hidden_search_only_when_asked(toy_run: Run) -> None:
+    assert not _by_gid(build_figure(toy_run), "attempts-rejected")
+    fig = build_figure(toy_run, attempts=True)
+    (rejected,) = _by_gid(fig, "attempts-rejected")
+    (failed,) = _by_gid(fig, "attempts-failed")
+    rejected_scalar = next(r.scalar for r in trajectory_data(toy_run).attempts if r.outcome == "rejected")
+    offsets = rejected.get_offsets()
+    assert len(offsets) == 1 and offsets[0][1] == pytest.approx(rejected_scalar)
+    assert 1 < offsets[0][0] < 2  # drawn between v1 and v2, where it happened
+    assert len(failed.get_offsets()) == 1
+
+
+def test_time_axis_follows_wall_time(toy_run: Run) -> None:
+    data = trajectory_data(toy_run, x="time")
+    assert data.xs == sorted(data.xs) and "wall time" in data.x_label
+    assert all(data.xs[0] <= a.x <= data.x_end for a in data.attempts)
+    with pytest.raises(AvoError, match="unknown x axis 'steps'"):
+        trajectory_data(toy_run, x="steps")
+
+
+@pytest.mark.parametrize("suffix,magic", [(".png", b"\x89PNG"), (".svg", b"<?xml"), (".pdf", b"%PDF")])
+def test_plot_run_writes_each_format(toy_run: Run, tmp_path: Path, suffix: str, magic: bytes) -> None:
+    path = plot_run(toy_run, tmp_path / f"out{suffix}", attempts=True)
+    assert path.read_bytes().startswith(magic)
+
+
+def test_plot_run_refuses_an_unknown_format(toy_run: Run, tmp_path: Path) -> None:
+    with pytest.raises(AvoError, match=r"must end in \.png, \.svg or \.pdf"):
+        plot_run(toy_run, tmp_path / "out.gif")
+
+
+def test_cli_plot_by_path_and_newest(toy_run: Run, tmp_path: Path) -> None:
+    runner = CliRunner()
+    out = tmp_path / "t.svg"
+    result = runner.invoke(app, ["plot", str(toy_run.paths.root), "-o", str(out), "--attempts", "--x", "time"],
+                           catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes().startswith(b"<?xml") and f"wrote {out}" in result.output
+    newest = tmp_path / "newest.png"
+    result = runner.invoke(app, ["plot", "--runs-dir", str(toy_run.paths.root.parent), "-o", str(newest)],
+                           catch_exceptions=False)
+    assert result.exit_code == 0 and newest.exists()
+    result = runner.invoke(app, ["plot", "--runs-dir", str(tmp_path / "none"), "-o", str(newest)])
+    assert result.exit_code == 1 and "no runs under" in result.output
+
+
+def test_a_fresh_run_plots_its_seed_alone(tmp_path: Path) -> None:
+    run = start_run(str(FIXTURES / "toy"), tmp_path / "runs")
+    fig = build_figure(run, attempts=True)
+    (step,) = _by_gid(fig, "running-best")
+    assert list(step.get_ydata()) == pytest.approx([run.state.versions[0].scalar] * 2)
+    assert not _by_gid(fig, "attempts-rejected") and not _by_gid(fig, "attempts-failed")
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "no rejected or failed attempts" in labels
+    assert "+0.0%" in fig.texts[0].get_text()
