@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from avo import __version__
-from avo.contract import gain
+from avo.contract import failed, gain
 from avo.errors import AvoError, BlockedError
 from avo.evaluation import Evaluation, evaluate_dir, measure_baselines
 from avo.integrity import compare, hash_tree
-from avo.lineage import META_DIR, Lineage, diff_fingerprint
+from avo.lineage import META_DIR, CandidateError, Lineage, diff_fingerprint
 from avo.models import TargetSpec
 from avo.policy import confirm, first_look
 from avo.state import (
@@ -97,30 +97,44 @@ class SubmitOutcome:
 
 
 def _evaluator_tree(spec: TargetSpec) -> tuple[Path, set[Path]]:
-    """What counts as the evaluator: a directory target's folder (minus its seed), or the
-    target plugin's package directory."""
+    """What counts as the evaluator, and what inside it does not.
+
+    A directory target's folder, or a target plugin's package directory; in both, the seed
+    and knowledge-base folders only feed a run's start (the run's own kb/ copy is hashed on
+    its own), so changing them does not stop running runs.
+    """
     if spec.directory is not None:
         from avo.builtin.directory_target import load_target_file
 
         tf = load_target_file(spec.directory)
-        return spec.directory, {spec.directory / tf.seed}
+        data = {spec.directory / tf.seed}
+        if tf.knowledge_base is not None:
+            data.add(spec.directory / tf.knowledge_base)
+        return spec.directory, data
     from avo.plugins import plugin_module_dir
 
     root = plugin_module_dir(spec.provider or "")
     if root is None:
         raise AvoError(f"cannot locate the plugin that provides target {spec.name!r}")
-    return root, set()
+    return root, {root / "seed", root / "kb"}
 
 
-def _hashes(spec: TargetSpec, kb: Path) -> dict[str, dict[str, str]]:
+def _hashes(spec: TargetSpec, kb: Path, runs_root: Path) -> dict[str, dict[str, str]]:
     root, exclude = _evaluator_tree(spec)
-    return {"evaluator": hash_tree(root, exclude), "kb": hash_tree(kb)}
+    # `cd my_target && avo start --target .` puts ./runs inside the target folder: the runs
+    # are not the evaluator, and they change with every command.
+    return {"evaluator": hash_tree(root, exclude | {runs_root}), "kb": hash_tree(kb)}
 
 
 def check_integrity(run: Run) -> None:
     """Refuse to evaluate when the evaluator or the KB changed after the run started."""
     root, exclude = _evaluator_tree(run.state.target)
-    compare("evaluator", run.state.hashes.get("evaluator", {}), hash_tree(root, exclude), root)
+    exclude.add(run.paths.root.parent)  # the runs directory, when it sits inside the target
+    skipped = {p.relative_to(root).as_posix() + "/" for p in exclude if p.is_relative_to(root)}
+    # Runs recorded before seed/ and kb/ were left out still compare like with like.
+    recorded = {k: v for k, v in run.state.hashes.get("evaluator", {}).items()
+                if not any(k.startswith(prefix) for prefix in skipped)}
+    compare("evaluator", recorded, hash_tree(root, exclude), root)
     compare("knowledge base", run.state.hashes.get("kb", {}), hash_tree(run.paths.kb), run.paths.kb)
 
 
@@ -153,11 +167,17 @@ def _evaluate_tree(run: Run, tree: str, label: str) -> Evaluation:
     """Export ``tree`` to a private snapshot and evaluate exactly that."""
     snap = run.paths.private / "eval" / label
     shutil.rmtree(snap, ignore_errors=True)
-    run.lineage.export(tree, snap)
+    log_path = _log_path(run.paths, label)
+    try:
+        run.lineage.export(tree, snap)
+    except CandidateError as exc:  # not self-contained: a failed candidate, named
+        shutil.rmtree(snap, ignore_errors=True)
+        log_path.write_text(f"[avo] the candidate was not evaluated: {exc}\n")
+        return Evaluation(failed(str(exc)), None, 0.0, log_path)
     try:
         configs = set(run.state.configs) if run.state.configs else None
         return evaluate_dir(
-            run.state.target, snap, _log_path(run.paths, label),
+            run.state.target, snap, log_path,
             quick=run.state.options.quick, configs=configs, pid_file=run.paths.private / "child.pid",
         )
     finally:
@@ -214,6 +234,12 @@ def recover(run: Run) -> list[str]:
     paths, state = run.paths, run.state
     _kill_orphan_evaluator(paths)
     shutil.rmtree(paths.private / "eval", ignore_errors=True)
+    if not (paths.work / ".git").exists():
+        raise AvoError(
+            f"{paths.work}/.git is gone: the lineage repository was deleted. The record in "
+            f"{paths.run_json.name} still lists v0..v{len(state.versions) - 1}, but their files lived "
+            "there; restore work/.git from a backup, or start a new run (agents must not touch .git)."
+        )
     lineage = run.lineage
     if paths.journal.exists():
         try:
@@ -294,8 +320,20 @@ def start_run(
     if target_ref is None and source is None:
         raise AvoError("say which target to start: --target NAME|PATH (or --from RUN[:vN])")
     spec = find_target(target_ref) if target_ref is not None else source.state.target  # type: ignore[union-attr]
+    if source is not None and spec.name != source.state.target.name:
+        raise AvoError(
+            f"run {source.state.id} evolved target {source.state.target.name!r}, not {spec.name!r}: its "
+            f"files are no seed for {spec.name!r}. Drop --target to continue {source.state.target.name!r}, "
+            f"or start {spec.name!r} from its own seed (without --from)."
+        )
 
-    runs_root.mkdir(parents=True, exist_ok=True)
+    if runs_root.exists() and not runs_root.is_dir():
+        raise AvoError(f"the runs directory {runs_root} is a file, not a directory; "
+                       "pass --runs-dir (or set AVO_RUNS_DIR) to a folder")
+    try:
+        runs_root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise AvoError(f"cannot create the runs directory {runs_root}: {exc.strerror or exc}") from None
     run_id = _new_run_id(spec, runs_root)
     partial = runs_root / f".{run_id}.partial"
     paths = RunPaths(partial.resolve())
@@ -319,7 +357,7 @@ def start_run(
     )
     state = RunState(
         id=run_id, created=time.time(), avo_version=__version__, target=spec, options=options,
-        hashes=_hashes(spec, paths.kb), origin=origin,
+        hashes=_hashes(spec, paths.kb, runs_root), origin=origin,
     )
     run = Run(paths, state)
     lineage = run.lineage
@@ -537,6 +575,15 @@ def submit(run: Run, message: str, *, extra: dict[str, Any] | None = None) -> Su
                 fh.flush()
                 os.fsync(fh.fileno())
             record["diff"] = str(diff_path.relative_to(paths.root))
+            # Edits made to work/ while the candidate was being measured are not part of it,
+            # and the reset below would destroy them: archive them too.
+            late = lineage.diff(tree, lineage.snapshot_tree())
+            if late.strip():
+                late_path = paths.rejected / f"step{step:04d}-edited-during-evaluation.diff"
+                late_path.write_text(f"# step {step}: edits made to work/ while the candidate was being "
+                                     f"evaluated (not part of it)\n" + late, encoding="utf-8")
+                notes.append(f"work/ was edited during the evaluation; those edits are in "
+                             f"{late_path.relative_to(paths.root)}")
             write_json_atomic(paths.journal, json.dumps(
                 {"kind": "reject", "step": step, "record": record, "diff_path": str(diff_path)}))
             state.failures_in_row = state.failures_in_row + 1 if outcome == "failed" else 0

@@ -69,6 +69,16 @@ def test_modified_evaluator_is_refused(toy: Path, runs_root: Path, core_plugins:
     assert len(open_run(run.paths.root, runs_root).state.versions) == 1
 
 
+def test_changing_the_targets_seed_or_kb_folder_does_not_stop_a_run(
+    toy: Path, runs_root: Path, core_plugins: None
+) -> None:
+    run = start_run(str(toy), runs_root)
+    (toy / "seed" / "solution.py").write_text("X = 3.0\nY = 3.0\n\n\ndef square(n):\n    return n * n\n")
+    (toy / "kb" / "more.md").write_text("# More hints\n")
+    set_constants(run.paths.work, x=2)
+    assert evaluate_work(run).evaluation.scalar is not None
+
+
 def test_modified_knowledge_base_is_refused(toy: Path, runs_root: Path, core_plugins: None) -> None:
     run = start_run(str(toy), runs_root)
     (run.paths.kb / "hints.md").write_text("the optimum is X=7\n")

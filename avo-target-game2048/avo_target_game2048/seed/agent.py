@@ -20,66 +20,72 @@ Score: the sum of the values of all tiles merged during a game (merging two 64s 
 Budget: 120 s of this process's CPU time for the whole evaluation (48 games), measured by
 the harness; past it the score is zero. Time spent in this file is the budget.
 
-This seed picks a random legal move (a fixed-seed generator, so evaluations repeat).
+This seed looks one move ahead and scores each legal move with three weighted terms. The
+weights below are a poor first guess (the empty-cell weight is negative, so it crowds its
+own board); the structure (one ply, three terms) is as weak as the weights.
 """
 
-_state = 0x2545F4914F6CDD1D
+# The evaluation of a move, one ply ahead. The only numeric literals in this file are these
+# weights, so a classical hill climber (`avo evolve --backend classic`) tunes exactly them.
+POINTS_WEIGHT = 0.1  # the points the move's merges score
+EMPTY_WEIGHT = -1.0  # empty cells after the move (negative: it fills its own board)
+CORNER_WEIGHT = 0.1  # the largest tile sitting in the top-left corner
 
-
-def _next_random() -> int:
-    """xorshift64: a tiny deterministic generator (the same sequence on every run)."""
-    global _state
-    x = _state
-    x ^= (x << 13) & 0xFFFFFFFFFFFFFFFF
-    x ^= x >> 7
-    x ^= (x << 17) & 0xFFFFFFFFFFFFFFFF
-    _state = x
-    return x
+EMPTY = int()  # 0, spelled without a literal for the reason above
 
 
 def slide_row_left(row):
-    """Slide one row of 4 tile values towards index 0, merging equal neighbours once.
+    """Slide one row of tile values towards index 0, merging equal neighbours once.
 
     Returns the new row and the points the merges score.
     """
     tiles = [v for v in row if v]
-    out, points, i = [], 0, 0
+    out, points, i = [], EMPTY, EMPTY
     while i < len(tiles):
-        if i + 1 < len(tiles) and tiles[i] == tiles[i + 1]:
-            out.append(2 * tiles[i])
-            points += 2 * tiles[i]
-            i += 2
+        if i + True < len(tiles) and tiles[i] == tiles[i + True]:
+            out.append(tiles[i] + tiles[i])
+            points += tiles[i] + tiles[i]
+            i += True + True
         else:
             out.append(tiles[i])
-            i += 1
-    return out + [0] * (4 - len(out)), points
+            i += True
+    return out + [EMPTY] * (len(row) - len(out)), points
+
+
+def transpose(board):
+    return [list(col) for col in zip(*board)]
 
 
 def apply_move(board, move):
     """The board after ``move`` (no new tile) and the points it scores."""
-    if move in ("L", "R"):
-        rows = [r if move == "L" else r[::-1] for r in board]
-    else:
-        cols = [[board[r][c] for r in range(4)] for c in range(4)]
-        rows = [c if move == "U" else c[::-1] for c in cols]
-    slid, points = [], 0
+    rows = board if move in ("L", "R") else transpose(board)
+    if move in ("R", "D"):
+        rows = [list(reversed(r)) for r in rows]
+    slid, points = [], EMPTY
     for r in rows:
         new, p = slide_row_left(r)
         slid.append(new)
         points += p
-    if move == "R" or move == "D":
-        slid = [r[::-1] for r in slid]
-    if move in ("U", "D"):
-        slid = [[slid[c][r] for c in range(4)] for r in range(4)]
-    return slid, points
+    if move in ("R", "D"):
+        slid = [list(reversed(r)) for r in slid]
+    return (slid if move in ("L", "R") else transpose(slid)), points
 
 
-def legal_moves(board):
-    """The moves that change the board."""
-    return [m for m in "UDLR" if apply_move(board, m)[0] != board]
+def evaluate(after, points):
+    """The weighted one-ply value of the board ``after`` a move that scored ``points``."""
+    empty = sum(row.count(EMPTY) for row in after)
+    corner = after[EMPTY][EMPTY] == max(max(row) for row in after)
+    return POINTS_WEIGHT * points + EMPTY_WEIGHT * empty + CORNER_WEIGHT * corner
 
 
 def choose_move(board):
-    """Pick a legal move at random."""
-    moves = legal_moves(board)
-    return moves[_next_random() % len(moves)]
+    """The legal move with the highest one-ply value (ties: the first in U, D, L, R)."""
+    best, best_value = None, None
+    for move in "UDLR":
+        after, points = apply_move(board, move)
+        if after == board:
+            continue
+        value = evaluate(after, points)
+        if best_value is None or value > best_value:
+            best, best_value = move, value
+    return best
