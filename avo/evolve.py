@@ -335,6 +335,12 @@ def evolve(run: Run, config: EvolveConfig, reporter: Reporter | None = None) -> 
         reason = "interrupted (Ctrl-C)"
         _record_interrupt(run, config, in_flight)
         progress.refresh(run.state)
+    except AvoError as exc:
+        append_trajectory(run.paths, {"kind": "evolve_stop", "step": run.state.steps, "reason": f"error: {exc}",
+                                      "steps_taken": taken, "spend_usd": round(progress.spend, 6)})
+        progress.stop_reason = f"error: {exc}"
+        report.handle("stop", progress, {"reason": progress.stop_reason})
+        raise
     progress.stop_reason = reason
     progress.activity = "stopped"
     append_trajectory(run.paths, {"kind": "evolve_stop", "step": run.state.steps, "reason": reason,
@@ -405,12 +411,14 @@ def _step(run: Run, config: EvolveConfig, hook: Any, progress: Progress, report:
     except AvoError as exc:
         if not str(exc).startswith("nothing to submit"):
             raise
+        event.wall_s = time.monotonic() - started
         event.outcome = "no_change" if result.status == "ok" else result.status
         event.reason = result.error or "the agent left work/ unchanged"
         append_trajectory(paths, {"kind": "agent_step", "id": f"attempt{attempt}", "step": step,
                                   "attempt": attempt, "outcome": event.outcome, "message": message,
                                   "error": result.error, "usage": usage})
         return event
+    event.wall_s = time.monotonic() - started  # the step as the user waits for it: agent + evaluation
     event.outcome = out.outcome
     event.scalar = out.evaluation.scalar
     event.reason = out.reason
