@@ -195,8 +195,11 @@ def _tags(state: RunState) -> dict[str, str]:
 
 def _commit_message(n: int, message: str, scalar: float, metrics: dict[str, float], target: str) -> str:
     vector = ", ".join(f"{k}={v:.6g}" for k, v in metrics.items())
-    subject = message.strip() or "(no message)"
-    return f"v{n}: {subject}\n\navo-target: {target}\navo-scalar: {scalar:.6g}\navo-metrics: {vector}\n"
+    # The first line is the subject `git log --oneline` shows; further lines are the body.
+    subject, _, body = message.strip().partition("\n")
+    body = f"{body.strip()}\n\n" if body.strip() else ""
+    return (f"v{n}: {subject.strip() or '(no message)'}\n\n{body}"
+            f"avo-target: {target}\navo-scalar: {scalar:.6g}\navo-metrics: {vector}\n")
 
 
 def _usage_add(state: RunState, usage: dict[str, Any] | None) -> None:
@@ -215,11 +218,18 @@ def open_run(ref: str | Path | None, runs_root: Path) -> Run:
 
 
 def _kill_orphan_evaluator(paths: RunPaths) -> None:
+    from avo.runner import process_start_time
+
     pid_file = paths.private / "child.pid"
     if not pid_file.exists():
         return
     try:
-        os.killpg(int(pid_file.read_text().strip()), signal.SIGKILL)
+        pid, _, started = pid_file.read_text().strip().partition(" ")
+        now = process_start_time(int(pid))
+        # A live process with that number but another start time is not our evaluator: the
+        # number was handed out again after the evaluator ended. Never kill that group.
+        if not (started and now is not None and now != started):
+            os.killpg(int(pid), signal.SIGKILL)
     except (ValueError, ProcessLookupError, PermissionError):
         pass
     pid_file.unlink(missing_ok=True)
@@ -234,13 +244,17 @@ def recover(run: Run) -> list[str]:
     paths, state = run.paths, run.state
     _kill_orphan_evaluator(paths)
     shutil.rmtree(paths.private / "eval", ignore_errors=True)
-    if not (paths.work / ".git").exists():
-        raise AvoError(
-            f"{paths.work}/.git is gone: the lineage repository was deleted. The record in "
-            f"{paths.run_json.name} still lists v0..v{len(state.versions) - 1}, but their files lived "
-            "there; restore work/.git from a backup, or start a new run (agents must not touch .git)."
-        )
     lineage = run.lineage
+    if not (paths.work / ".git").exists():
+        if not lineage.restore_from(paths.backup):
+            raise AvoError(
+                f"{paths.work}/.git is gone: the lineage repository was deleted. The record in "
+                f"{paths.run_json.name} still lists v0..v{len(state.versions) - 1}, but their files lived "
+                "there; restore work/.git from a backup, or start a new run (agents must not touch .git)."
+            )
+        lineage.move_branch(state.best_version.sha)  # the files in work/ stay: they are the candidate
+        notes.append(f"work/.git was deleted; restored v0..v{len(state.versions) - 1} from avo's private "
+                     "backup (the files in work/ are kept as the candidate)")
     if paths.journal.exists():
         try:
             journal = json.loads(paths.journal.read_text())
@@ -252,6 +266,7 @@ def recover(run: Run) -> list[str]:
         if done:
             if journal.get("kind") == "accept":
                 lineage.move_branch(state.best_version.sha)
+                lineage.backup(paths.backup, state.best_version.sha)
             else:
                 lineage.reset_hard(state.best_version.sha)
             ids = {r.get("id") for r in read_trajectory(paths)[-5:]}
@@ -271,6 +286,10 @@ def recover(run: Run) -> list[str]:
                          "the candidate is back in work/ uncommitted")
         paths.journal.unlink(missing_ok=True)
     gone = set(lineage.missing_commits([v.sha for v in state.versions]))
+    if gone and lineage.restore_from(paths.backup):
+        gone = set(lineage.missing_commits([v.sha for v in state.versions]))
+        if not gone:
+            notes.append("restored accepted commits deleted from work/.git from avo's private backup")
     missing = [f"v{v.n}" for v in state.versions if v.sha in gone]
     if missing:
         raise AvoError(
@@ -386,6 +405,7 @@ def start_run(
     v0 = v0.model_copy(update={"sha": sha, "tree": final_tree})
     state.versions.append(v0)
     lineage.set_tags(_tags(state))
+    lineage.backup(paths.backup, sha)
     save_state(paths, state)
     append_trajectory(paths, {"kind": "start", "id": "start", "target": spec.name, "origin": origin,
                               "options": options.model_dump()})
@@ -431,17 +451,18 @@ def evaluate_work(run: Run) -> EvalReport:
 
 
 def _check_can_step(state: RunState) -> None:
-    if state.supervisor.due:
-        raise BlockedError(
-            f"the supervisor is due ({state.supervisor.reason}). Run `avo supervisor brief`, "
-            "answer it with several concrete, distinct directions, and store the answer with "
-            "`avo supervisor record`; then continue."
-        )
+    # A spent budget comes first: a supervisor review would only unblock a step that cannot run.
     left = state.steps_left()
     if left == 0:
         raise BlockedError(
             f"the step budget of this run is spent ({state.steps}/{state.options.max_steps} steps). "
             f"Continue from its best with `avo start --from {state.id}`."
+        )
+    if state.supervisor.due:
+        raise BlockedError(
+            f"the supervisor is due ({state.supervisor.reason}). Run `avo supervisor brief`, "
+            "answer it with several concrete, distinct directions, and store the answer with "
+            "`avo supervisor record`; then continue."
         )
 
 
@@ -476,6 +497,8 @@ def _update_supervisor(state: RunState, fingerprint: str | None, outcome: str) -
 
 def submit(run: Run, message: str, *, extra: dict[str, Any] | None = None) -> SubmitOutcome:
     """Evaluate the work tree and apply the commit policy against the best committed score."""
+    if not message.strip():
+        raise AvoError("the message is empty; say what changed and why (it becomes the commit message)")
     with run_lock(run.paths):
         run.state = load_state(run.paths)
         notes = recover(run)
@@ -567,6 +590,7 @@ def submit(run: Run, message: str, *, extra: dict[str, Any] | None = None) -> Su
             save_state(paths, state)  # the commit point
             append_trajectory(paths, record)
             paths.journal.unlink(missing_ok=True)
+            lineage.backup(paths.backup, sha)
         else:
             diff_path = paths.rejected / f"step{step:04d}-{outcome}.diff"
             header = f"# step {step} {outcome}: {message}\n# {reason}\n"

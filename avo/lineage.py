@@ -8,10 +8,8 @@ what enters the lineage, whatever the agent edits meanwhile.
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import subprocess
-import tarfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,7 +26,14 @@ _CONFIG = [
     "-c", "user.email=avo@localhost",
     "-c", "core.autocrlf=false",
     "-c", "advice.detachedHead=false",
+    # The agent may write work/.git/config: no file-system monitor program runs for us.
+    "-c", "core.fsmonitor=false",
 ]
+_GITLINK, _SYMLINK = "160000", "120000"
+
+
+class CandidateError(AvoError):
+    """The candidate tree cannot be evaluated as it stands (a failed candidate, not an avo error)."""
 
 
 class Lineage:
@@ -45,8 +50,11 @@ class Lineage:
     def git_bytes(self, *args: str, index: Path | None = None, stdin: bytes | None = None,
                   check: bool = True) -> bytes:
         env = dict(os.environ)
-        for var in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
-            env.pop(var, None)
+        env.pop("GIT_INDEX_FILE", None)
+        # Name the repository outright: if an agent deletes work/.git, git must fail here
+        # rather than find (and write into) a repository that holds the runs directory.
+        env["GIT_DIR"] = str(self.work / ".git")
+        env["GIT_WORK_TREE"] = str(self.work)
         if index is not None:
             env["GIT_INDEX_FILE"] = str(index)
         env["GIT_TERMINAL_PROMPT"] = "0"
@@ -82,18 +90,72 @@ class Lineage:
         return self.git("write-tree", index=index).strip()
 
     def export(self, treeish: str, dest: Path) -> None:
-        """Write the files of ``treeish`` into ``dest`` (without ``.git``)."""
-        data = self.git_bytes("archive", "--format=tar", treeish)
+        """Write exactly the files of ``treeish`` into ``dest`` (without ``.git``).
+
+        Blobs are written as git stores them: no ``export-ignore``/``export-subst``
+        attributes, no filters, so what is evaluated is byte for byte what is committed.
+        A candidate that is not self-contained (a symlink leading out of the tree, a nested
+        repository whose files git does not hold) raises :class:`CandidateError` naming the path.
+        """
+        entries = []
+        for rec in self.git_bytes("ls-tree", "-r", "-z", "--full-tree", treeish).split(b"\0"):
+            if not rec:
+                continue
+            meta, _, raw_path = rec.partition(b"\t")
+            mode, _kind, sha = meta.decode().split()
+            entries.append((mode, sha, os.fsdecode(raw_path)))
+        nested = [path for mode, _, path in entries if mode == _GITLINK]
+        if nested:
+            raise CandidateError(
+                f"work/{nested[0]} is a nested git repository: git records only its commit id, not "
+                f"its files, so the candidate cannot be evaluated or committed. Remove "
+                f"work/{nested[0]}/.git (keep the files) and try again.")
+        blobs = self._read_blobs([sha for _, sha, _ in entries])
         dest.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-            tar.extractall(dest, filter="tar")
+        root = dest.resolve()
+        # Regular files first, links last, so no write can follow a link out of dest.
+        for mode, sha, path in sorted(entries, key=lambda e: e[0] == _SYMLINK):
+            target = dest / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if mode == _SYMLINK:
+                target.symlink_to(os.fsdecode(blobs[sha]))
+                continue
+            target.write_bytes(blobs[sha])
+            target.chmod(0o755 if mode == "100755" else 0o644)
+        for mode, _, path in entries:
+            if mode != _SYMLINK:
+                continue
+            resolved = Path(os.path.realpath(dest / path))
+            if resolved != root and root not in resolved.parents:
+                raise CandidateError(
+                    f"work/{path} is a symlink to {os.readlink(dest / path)!r}, outside work/: a "
+                    "candidate must be self-contained (copy the file into work/ instead).")
+
+    def _read_blobs(self, shas: Sequence[str]) -> dict[str, bytes]:
+        """The contents of ``shas`` through one ``git cat-file --batch``."""
+        unique = list(dict.fromkeys(shas))
+        if not unique:
+            return {}
+        data = self.git_bytes("cat-file", "--batch", stdin="".join(f"{s}\n" for s in unique).encode())
+        out: dict[str, bytes] = {}
+        pos = 0
+        for sha in unique:
+            end = data.index(b"\n", pos)
+            header = data[pos:end].decode().split()
+            if len(header) != 3:
+                raise AvoError(f"git cannot read object {sha} in {self.work}: {' '.join(header)}")
+            size = int(header[2])
+            out[sha] = data[end + 1:end + 1 + size]
+            pos = end + 1 + size + 1
+        return out
 
     def tree_of(self, treeish: str) -> str:
         return self.git("rev-parse", f"{treeish}^{{tree}}").strip()
 
     def diff(self, old: str, new: str) -> str:
         """Unified diff between two tree-ishes, leaving out avo's own metadata."""
-        return self.git("diff", "--no-color", "--binary", old, new, "--", ".", f":(exclude){META_DIR}")
+        return self.git("diff", "--no-color", "--no-ext-diff", "--no-textconv", "--binary", old, new,
+                        "--", ".", f":(exclude){META_DIR}")
 
     def diffstat(self, old: str, new: str) -> str:
         return self.git("diff", "--shortstat", old, new, "--", ".", f":(exclude){META_DIR}").strip()
@@ -142,6 +204,29 @@ class Lineage:
                 self.git("tag", "-d", name)
                 repaired.append(name)
         return repaired
+
+    # -- the private backup ---------------------------------------------------------------
+    def backup(self, mirror: Path, sha: str) -> None:
+        """Copy the lineage up to ``sha`` into avo's private bare repository ``mirror``.
+
+        work/.git is the agent's to break; the mirror, outside work/, lets avo restore every
+        accepted version if it is deleted or pruned. Versions form one chain, so pushing the
+        newest carries all of them. Best effort: a failed backup must not fail a submit.
+        """
+        if not (mirror / "HEAD").exists():
+            env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+            subprocess.run(["git", "init", "-q", "--bare", "--template=", str(mirror)], env=env,
+                           capture_output=True)
+        self.git("push", "-q", "--no-verify", str(mirror), f"+{sha}:refs/heads/{BRANCH}", check=False)
+
+    def restore_from(self, mirror: Path) -> bool:
+        """Fetch the lineage back from ``mirror`` (re-creating work/.git if it is gone)."""
+        if not (mirror / "HEAD").exists():
+            return False
+        if not (self.work / ".git").exists():
+            self.init()
+        self.git("fetch", "-q", "--no-tags", str(mirror), f"+refs/heads/{BRANCH}:refs/avo/backup")
+        return True
 
     def missing_commits(self, shas: Sequence[str]) -> list[str]:
         """Which of ``shas`` are not commits in the repository (one git call for all)."""

@@ -36,6 +36,11 @@ def _trim(text: str | None, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _cell(text: str | None, limit: int) -> str:
+    """Text for a markdown table cell: trimmed, and a ``|`` cannot open a new column."""
+    return _trim(text, limit).replace("|", "\\|")
+
+
 def lineage_table(state: RunState, rows: int = MAX_LINEAGE_ROWS) -> str:
     """Markdown table of accepted versions with per-config scores and deltas."""
     configs = state.configs[:MAX_CONFIG_COLUMNS]
@@ -53,7 +58,7 @@ def lineage_table(state: RunState, rows: int = MAX_LINEAGE_ROWS) -> str:
             value, before = v.metrics.get(c), prev.metrics.get(c) if prev else None
             moved = f" ({gain(value, before, direction):+.0%})" if value is not None and before else ""
             per_config.append(fmt_number(value) + moved)
-        cells = [f"v{v.n}{mark}", fmt_number(v.scalar), delta, *per_config, _trim(v.message, 70)]
+        cells = [f"v{v.n}{mark}", fmt_number(v.scalar), delta, *per_config, _cell(v.message, 70)]
         lines.append("| " + " | ".join(cells) + " |")
         prev = v
     if len(state.configs) > MAX_CONFIG_COLUMNS:
@@ -128,6 +133,8 @@ def variation_prompt(run: Run) -> str:
     seed = state.seed_version
     over_seed = gain(best.scalar, seed.scalar, spec.direction)
     sense = "higher is better" if spec.direction == "maximize" else "lower is better"
+    history = (f"`git diff v0 v{best.n}` (the lineage so far), `git diff v{best.n}` (your uncommitted edits)"
+               if best.n else "`git diff v0` (your uncommitted edits)")
     return f"""# avo — {budget} — target `{spec.name}` (run {state.id})
 
 ## Goal
@@ -143,7 +150,8 @@ The scalar is the geometric mean of the per-config metrics unless the target giv
 - submit when done: `avo submit --run {paths.root} -m "what changed and why"`
 - scratch memory that survives every reset: `{paths.notes}`
 - lineage P_t is git history in work/: `git log --oneline`, `git show v{best.n}:{spec.entrypoint}`,
-  `git diff v0 v{best.n}`
+  {history}
+- diffs of rejected and failed attempts: `{paths.rejected}/`
 
 ## Rules
 1. Edit only files in work/. Never modify the evaluator, kb/, run.json or the trajectory; a
@@ -180,8 +188,8 @@ def supervisor_brief(run: Run) -> str:
     rows = ["| step | outcome | scalar | vs best before | message | error |", "|---|---|---|---|---|---|"]
     for r in steps:
         rows.append(
-            f"| {r['step']} | {r['outcome']} | {fmt_number(r.get('scalar'))} | {_trim(r.get('reason'), 60)} | "
-            f"{_trim(r.get('message'), 70)} | {_trim(r.get('error'), 80)} |"
+            f"| {r['step']} | {r['outcome']} | {fmt_number(r.get('scalar'))} | {_cell(r.get('reason'), 60)} | "
+            f"{_cell(r.get('message'), 70)} | {_cell(r.get('error'), 80)} |"
         )
     trend = ["| config | x_0 | best | trajectory over accepted versions |", "|---|---|---|---|"]
     best = state.best_version

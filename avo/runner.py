@@ -14,15 +14,17 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from avo.contract import failed, last_json_object, parse_output
 from avo.models import EvalResult, ResourceLimits
 
 OUTPUT_CAP = 8 * 1024 * 1024  # bytes per stream; past this the evaluator is killed
+PIPE_GRACE_S = 5.0  # how long to drain pipes still held open after the evaluator's group is gone
 _TAIL_LINES = 12
 
 
@@ -66,9 +68,19 @@ class _Pump(threading.Thread):
         self.tail: list[bytes] = []
         self.total = 0
         self.overflow = False
+        self.abandoned = False
 
     def run(self) -> None:
+        try:
+            self._copy()
+        except ValueError:  # the log was closed after the runner stopped waiting for us
+            pass
+        self.stream.close()
+
+    def _copy(self) -> None:
         for line in iter(self.stream.readline, b""):
+            if self.abandoned:
+                return
             self.total += len(line)
             if self.total > OUTPUT_CAP:
                 if not self.overflow:
@@ -82,13 +94,57 @@ class _Pump(threading.Thread):
             self.tail.append(line)
             if len(self.tail) > _TAIL_LINES * 4:
                 del self.tail[: -_TAIL_LINES]
-        self.stream.close()
 
     def text(self) -> str:
         return b"".join(self.chunks).decode("utf-8", "replace")
 
     def tail_text(self) -> str:
         return b"".join(self.tail[-_TAIL_LINES:]).decode("utf-8", "replace").rstrip()
+
+
+@contextmanager
+def _terminate_with(group: dict[str, int], pid_file: Path | None) -> Iterator[None]:
+    """While the evaluator runs, a SIGTERM or SIGHUP to us takes its process group down too.
+
+    Python dies of those signals without unwinding, which would leave the evaluator running
+    with nobody to enforce its timeout. The handler kills the group, then lets the signal
+    end this process as it would have. Signal handlers exist only on the main thread.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous: dict[int, Any] = {}
+
+    def handler(signum: int, frame: object) -> None:
+        if "pgid" in group:  # set as soon as the evaluator exists
+            _kill_group(group["pgid"])
+        if pid_file is not None:
+            pid_file.unlink(missing_ok=True)
+        signal.signal(signum, previous.get(signum, signal.SIG_DFL))
+        os.kill(os.getpid(), signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        current = signal.getsignal(sig)
+        if current in (signal.SIG_DFL, None):  # someone else's handler stays in charge
+            previous[sig] = current if current is not None else signal.SIG_DFL
+            signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for signum, old_handler in previous.items():
+            signal.signal(signum, old_handler)
+
+
+def process_start_time(pid: int) -> str | None:
+    """When ``pid`` started, in clock ticks since boot (Linux ``/proc``; ``None`` elsewhere or gone).
+
+    Stored next to an evaluator's pid so a later command that finds the pid file can tell
+    the evaluator from an unrelated process that was given the same number since.
+    """
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
 
 
 def _kill_group(pgid: int) -> None:
@@ -133,7 +189,9 @@ def run_child(
     """Run ``command``, parse its contract, and turn every abnormal end into a failure."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    with open(log_path, "ab", buffering=0) as log:
+    group: dict[str, int] = {}
+    # The guard is up before the child exists, so no signal can slip in between.
+    with open(log_path, "ab", buffering=0) as log, _terminate_with(group, pid_file):
         log.write(f"[avo] $ {' '.join(command)}\n[avo] cwd {cwd}\n".encode())
         try:
             proc = subprocess.Popen(
@@ -152,31 +210,40 @@ def run_child(
                 failed(f"could not start the evaluator {command[0]!r}: {exc.strerror or exc}"),
                 "", 0.0, None, log_path,
             )
-        pgid = proc.pid
-        if pid_file is not None:  # lets the next command kill us if our parent is killed
-            pid_file.write_text(str(pgid))
+        pgid = group["pgid"] = proc.pid
         assert proc.stdout is not None and proc.stderr is not None
         out = _Pump(proc.stdout, log, keep=True, on_overflow=lambda: _kill_group(pgid))
         err = _Pump(proc.stderr, log, keep=False, on_overflow=lambda: _kill_group(pgid))
-        out.start()
-        err.start()
         timed_out = False
         try:
+            if pid_file is not None:  # lets the next command kill us if our parent is killed
+                pid_file.write_text(f"{pgid} {process_start_time(pgid) or ''}".strip())
+            out.start()
+            err.start()
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
         except BaseException:  # Ctrl-C: never leave an evaluator running behind us
             _kill_group(pgid)
             proc.wait()
+            if pid_file is not None:
+                pid_file.unlink(missing_ok=True)
             raise
         # Kill the whole group: grandchildren left behind would hold the pipes open.
         _kill_group(pgid)
         proc.wait()
         if pid_file is not None:
             pid_file.unlink(missing_ok=True)
-        out.join()
-        err.join()
+        # A process that left the group (setsid, a daemonising build server) may still hold
+        # the pipes: read what is already there, then stop waiting for it.
         wall = time.monotonic() - started
+        deadline = time.monotonic() + PIPE_GRACE_S
+        for pump in (out, err):
+            pump.join(max(0.0, deadline - time.monotonic()))
+        if out.is_alive() or err.is_alive():
+            out.abandoned = err.abandoned = True
+            log.write(b"\n[avo] a process outside the evaluator's group still holds its output; "
+                      b"stopped reading\n")
         stderr_tail = err.tail_text()
         log.write(f"\n[avo] exit {proc.returncode} after {wall:.2f}s\n".encode())
 

@@ -154,6 +154,11 @@ class RunPaths:
         return self.root / ".avo"
 
     @property
+    def backup(self) -> Path:
+        """A bare copy of the lineage outside work/, so a deleted work/.git can be restored."""
+        return self.private / "lineage.git"
+
+    @property
     def journal(self) -> Path:
         return self.private / "pending.json"
 
@@ -202,13 +207,29 @@ def resolve_run(ref: str | Path | None, root: Path) -> RunPaths:
     raise AvoError(f"no run {str(ref)!r} (looked for {path}/run.json and {root / path}/run.json)")
 
 
+def _record_problem(state: RunState) -> str | None:
+    """What is inconsistent in a loaded record (a hand edit, a truncation), if anything."""
+    numbers = [v.n for v in state.versions]
+    if not numbers:
+        return "it lists no versions (a run always has v0)"
+    if numbers != list(range(len(numbers))):
+        return f"its versions must be v0..v{len(numbers) - 1} in order, got {numbers}"
+    if not 0 <= state.best < len(numbers):
+        return f"its best is v{state.best}, but it has only v0..v{len(numbers) - 1}"
+    return None
+
+
 def load_state(paths: RunPaths) -> RunState:
     try:
-        return RunState.model_validate_json(paths.run_json.read_bytes())
+        state = RunState.model_validate_json(paths.run_json.read_bytes())
     except FileNotFoundError:
         raise AvoError(f"{paths.run_json} is missing; {paths.root} is not an avo run") from None
     except ValueError as exc:
         raise AvoError(f"{paths.run_json} is unreadable: {exc}") from None
+    problem = _record_problem(state)
+    if problem:
+        raise AvoError(f"{paths.run_json} is corrupt: {problem}")
+    return state
 
 
 def write_json_atomic(path: Path, data: str) -> None:

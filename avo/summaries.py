@@ -22,6 +22,10 @@ _NEXT_STEP: dict[Via, str] = {
     "cli": "next: `avo prompt` for the next step",
     "mcp": "next: call avo_next_step for the next step",
 }
+_BUDGET_SPENT: dict[Via, str] = {
+    "cli": "The step budget is spent: this run is done. To go on, `avo start --from {run}` continues from its best.",
+    "mcp": "The step budget is spent: this run is done. To go on, call avo_start_run(from_run='{run}').",
+}
 _SUPERVISOR: dict[Via, str] = {
     "cli": "Next: `avo supervisor brief`, answer it, then `avo supervisor record -f answer.md`.",
     "mcp": "Next: call avo_supervisor_brief, answer it, then avo_record_supervisor with your answer.",
@@ -77,10 +81,14 @@ def submit_lines(res: SubmitOutcome, run: Run, via: Via = "cli") -> list[str]:
         lines.extend(metric_lines(res.evaluation.result.metrics, prev, state.target.direction))
     if res.evaluation.result.notes:
         lines.append(f"notes: {res.evaluation.result.notes.strip()}")
+    if res.outcome != "accepted":  # where to look before trying again
+        lines.append(f"log: {_rel(res.evaluation.log_path, run)}")
     left = state.steps_left()
     lines.append(f"best: v{res.best.n} = {fmt_number(res.best.scalar)}; step {res.step}"
                  + (f" of {state.options.max_steps} ({left} left)" if left is not None else ""))
-    if res.supervisor_due:
+    if left == 0:  # `avo prompt` would only say "blocked"
+        lines.append(_BUDGET_SPENT[via].format(run=state.id))
+    elif res.supervisor_due:
         lines.append(f"SUPERVISOR DUE: {res.supervisor_reason}. {_SUPERVISOR[via]}")
     else:
         lines.append(_NEXT_STEP[via])

@@ -30,11 +30,32 @@ SPEC_FILE = "target.yaml"
 PATH_ENV = "AVO_TARGET_PATH"
 
 
+PLACEHOLDERS = ("target", "workdir", "python")
+
+
+def _check_placeholders(command: list[str]) -> list[str]:
+    """Refuse a command whose ``{...}`` placeholders avo would not fill (found at load time)."""
+    import string
+
+    for part in command:
+        try:
+            names = [name for _, name, _, _ in string.Formatter().parse(part) if name is not None]
+        except ValueError as exc:
+            raise ValueError(f"bad braces in {part!r} ({exc}); write {{{{ and }}}} for literal braces") from None
+        unknown = [n for n in names if n not in PLACEHOLDERS]
+        if unknown:
+            raise ValueError(f"unknown placeholder {{{unknown[0]}}} in {part!r}; only "
+                             + ", ".join(f"{{{n}}}" for n in PLACEHOLDERS) + " are known")
+    return command
+
+
 class _Evaluate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     command: list[str] = Field(min_length=1)
     timeout: float = 1800.0
     limits: ResourceLimits = Field(default_factory=ResourceLimits)
+
+    _placeholders = field_validator("command")(_check_placeholders)
 
     @field_validator("timeout", mode="before")
     @classmethod
@@ -46,6 +67,8 @@ class _Baselines(BaseModel):
     model_config = ConfigDict(extra="forbid")
     command: list[str] = Field(min_length=1)
     timeout: float = 3600.0
+
+    _placeholders = field_validator("command")(_check_placeholders)
 
     @field_validator("timeout", mode="before")
     @classmethod
@@ -93,6 +116,8 @@ def _format_errors(path: Path, exc: ValidationError) -> str:
         field = ".".join(str(p) for p in err["loc"]) or "(top level)"
         got = err.get("input")
         shown = f" (got {got!r})" if not isinstance(got, dict) and got is not None else ""
+        if shown and repr(got) in err["msg"]:  # the message already quotes the input
+            shown = ""
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "missing":
             msg = "required field is missing"

@@ -114,7 +114,8 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
                             "scalar": res.evaluation.scalar, "metrics": res.evaluation.result.metrics,
                             "error": res.evaluation.result.error, "best": f"v{res.best.n}",
                             "best_scalar": res.best.scalar, "supervisor_due": res.supervisor_due,
-                            "supervisor_reason": res.supervisor_reason, "notes": res.notes})
+                            "supervisor_reason": res.supervisor_reason, "notes": res.notes,
+                            "log": str(res.evaluation.log_path), "steps_left": r.state.steps_left()})
             else:
                 _print_submit(res, r)
 
