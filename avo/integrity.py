@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 from avo.errors import IntegrityError
@@ -13,18 +14,19 @@ _SKIP_SUFFIXES = {".pyc", ".pyo"}
 
 def hash_tree(root: Path, exclude: set[Path] | None = None) -> dict[str, str]:
     """``{relative path: sha256}`` of every file under ``root`` (caches and ``exclude`` skipped)."""
-    exclude = {p.resolve() for p in exclude or set()}
+    excluded = {p.resolve() for p in exclude or set()}
     out: dict[str, str] = {}
     if root.is_file():
         return {root.name: hashlib.sha256(root.read_bytes()).hexdigest()}
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root)
-        if any(part in _SKIP_DIRS for part in rel.parts) or path.suffix in _SKIP_SUFFIXES:
-            continue
-        if any(path.resolve() == e or e in path.resolve().parents for e in exclude):
-            continue
-        if path.is_file():
-            out[rel.as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
+    # Prune excluded and cache folders while walking: a runs/ folder inside a target can be big.
+    for folder, dirs, files in os.walk(root):
+        here = Path(folder)
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and (here / d).resolve() not in excluded)
+        for name in sorted(files):
+            path = here / name
+            if path.suffix in _SKIP_SUFFIXES or path.resolve() in excluded or not path.is_file():
+                continue
+            out[path.relative_to(root).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
     return out
 
 

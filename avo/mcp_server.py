@@ -118,8 +118,9 @@ class AvoTools:
         try:
             _check_can_step(run.state)
         except BlockedError as exc:
-            hint = (" Via MCP: call avo_supervisor_brief, answer it, then avo_record_supervisor."
-                    if run.state.supervisor.due else f" Via MCP: avo_start_run(from_run={run.state.id!r}).")
+            # The engine names a spent budget before a due supervisor; follow the same order.
+            hint = (f" Via MCP: avo_start_run(from_run={run.state.id!r})." if run.state.steps_left() == 0
+                    else " Via MCP: call avo_supervisor_brief, answer it, then avo_record_supervisor.")
             raise BlockedError(f"{exc}{hint}") from None
 
     def _prompt(self, run: Run) -> str:

@@ -41,9 +41,19 @@ def _cell(text: str | None, limit: int) -> str:
     return _trim(text, limit).replace("|", "\\|")
 
 
+def config_order(state: RunState) -> list[str]:
+    """The configs in the evaluator's own order (as x_0 reported them), not run.json's sorted one.
+
+    The evaluator's notes and the submit summary list configs in that order; sorted names put
+    n1024 before n256, so the lineage table read differently from everything next to it.
+    """
+    order = [c for c in state.seed_version.metrics if c in state.configs]
+    return order + [c for c in state.configs if c not in order]
+
+
 def lineage_table(state: RunState, rows: int = MAX_LINEAGE_ROWS) -> str:
     """Markdown table of accepted versions with per-config scores and deltas."""
-    configs = state.configs[:MAX_CONFIG_COLUMNS]
+    configs = config_order(state)[:MAX_CONFIG_COLUMNS]
     versions = state.versions
     shown: list[Version] = versions if len(versions) <= rows else [versions[0], *versions[-(rows - 1):]]
     head = ["ver", "scalar", "Δ prev", *configs, "message"]
@@ -147,7 +157,7 @@ The scalar is the geometric mean of the per-config metrics unless the target giv
 - candidate x_t: `{paths.work}/` — the evolved file is `{spec.entrypoint}`; edit only inside work/
 - knowledge base K (read-only): `{paths.kb}/`
 - evaluate f at will: `{paths.avo_eval}` (short summary; full logs in `{paths.logs}/`)
-- submit when done: `avo submit --run {paths.root} -m "what changed and why"`
+- submit when done: `avo submit --run {paths.root} -m "what changed and why"` (avo adds the `vN:` tag itself)
 - scratch memory that survives every reset: `{paths.notes}`
 - lineage P_t is git history in work/: `git log --oneline`, `git show v{best.n}:{spec.entrypoint}`,
   {history}
@@ -164,6 +174,8 @@ The scalar is the geometric mean of the per-config metrics unless the target giv
 4. Keep output out of your context: avo-eval prints a summary; read the logs only when an
    evaluation fails and you need the details.
 5. Write what you tried and learned in NOTES.md before you submit; it survives resets.
+   A reset removes untracked files in work/ (helper scripts too): submit the ones worth keeping
+   with a candidate, or list them in a committed work/.gitignore.
 
 ## Lineage (★ = best)
 {lineage_table(state)}
@@ -188,12 +200,12 @@ def supervisor_brief(run: Run) -> str:
     rows = ["| step | outcome | scalar | vs best before | message | error |", "|---|---|---|---|---|---|"]
     for r in steps:
         rows.append(
-            f"| {r['step']} | {r['outcome']} | {fmt_number(r.get('scalar'))} | {_cell(r.get('reason'), 60)} | "
+            f"| {r['step']} | {r['outcome']} | {fmt_number(r.get('scalar'))} | {_cell(r.get('reason'), 120)} | "
             f"{_cell(r.get('message'), 70)} | {_cell(r.get('error'), 80)} |"
         )
     trend = ["| config | x_0 | best | trajectory over accepted versions |", "|---|---|---|---|"]
     best = state.best_version
-    for c in state.configs:
+    for c in config_order(state):
         series = " → ".join(fmt_number(v.metrics.get(c)) for v in state.versions[-8:])
         first, top = fmt_number(state.seed_version.metrics.get(c)), fmt_number(best.metrics.get(c))
         trend.append(f"| {c} | {first} | {top} | {series} |")

@@ -77,7 +77,11 @@ def submit_lines(res: SubmitOutcome, run: Run, via: Via = "cli") -> list[str]:
         lines.append(f"REJECTED: scalar {fmt_number(res.evaluation.scalar)} — {res.reason}; work/ reset to "
                      f"v{res.best.n}. Diff archived: {diff}")
     if res.evaluation.result.metrics:
-        prev = res.best.metrics if res.outcome != "accepted" else state.versions[max(0, res.best.n - 1)].metrics
+        ref = res.best if res.outcome != "accepted" else state.versions[max(0, res.best.n - 1)]
+        prev = ref.metrics
+        # Say what the percentages compare: after a noise-band re-measurement the decision above
+        # used the interleaved medians, while these lines are the first evaluation vs the record.
+        lines.append(f"per config, this evaluation vs v{ref.n} as recorded:")
         lines.extend(metric_lines(res.evaluation.result.metrics, prev, state.target.direction))
     if res.evaluation.result.notes:
         lines.append(f"notes: {res.evaluation.result.notes.strip()}")

@@ -43,6 +43,10 @@ def user_errors() -> Iterator[None]:
     except AvoError as exc:
         err.print(f"[bold red]error:[/] {exc}", markup=True)
         raise typer.Exit(EXIT_ERROR) from None
+    except OSError as exc:  # a path that is missing, unwritable or not a folder
+        where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+        err.print(f"[bold red]error:[/] {exc.strerror or exc}{where}", markup=True)
+        raise typer.Exit(EXIT_ERROR) from None
     except KeyboardInterrupt:
         err.print("interrupted")
         raise typer.Exit(130) from None

@@ -47,11 +47,18 @@ def status_dict(run: Run, dirty: bool | None) -> dict[str, Any]:
 def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command below
     @app.command()
     def start(
-        target: Annotated[str | None, typer.Option("--target", "-t", help="Target name or folder with target.yaml.")] = None,
+        target: Annotated[
+            str | None, typer.Option("--target", "-t", help="Target name or folder with target.yaml.")
+        ] = None,
         max_steps: Annotated[int | None, typer.Option("--max-steps", help="Step budget of this session.")] = None,
         quick: Annotated[bool, typer.Option("--quick", help="Use the target's cheap smoke evaluation.")] = False,
-        stall_limit: Annotated[int | None, typer.Option("--stall-limit", help="Steps without a new best before the supervisor (default: the target's, 3).")] = None,
-        from_run: Annotated[str | None, typer.Option("--from", help="Seed from another run's version: RUN[:vN].")] = None,
+        stall_limit: Annotated[
+            int | None,
+            typer.Option("--stall-limit", help="Steps without a new best before the supervisor (default 3)."),
+        ] = None,
+        from_run: Annotated[
+            str | None, typer.Option("--from", help="Seed from another run's version: RUN[:vN].")
+        ] = None,
         no_prompt: Annotated[bool, typer.Option("--no-prompt", help="Do not print the first prompt.")] = False,
         runs_dir: RunsDir = None,
     ) -> None:

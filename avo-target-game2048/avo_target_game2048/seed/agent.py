@@ -31,7 +31,7 @@ POINTS_WEIGHT = 0.1  # the points the move's merges score
 EMPTY_WEIGHT = -1.0  # empty cells after the move (negative: it fills its own board)
 CORNER_WEIGHT = 0.1  # the largest tile sitting in the top-left corner
 
-EMPTY = int()  # 0, spelled without a literal for the reason above
+EMPTY = int()  # noqa: UP018 - 0, spelled without a literal for the reason above
 
 
 def slide_row_left(row):
@@ -53,7 +53,7 @@ def slide_row_left(row):
 
 
 def transpose(board):
-    return [list(col) for col in zip(*board)]
+    return [list(col) for col in zip(*board, strict=True)]
 
 
 def apply_move(board, move):
