@@ -585,7 +585,7 @@ def submit(run: Run, message: str, *, extra: dict[str, Any] | None = None) -> Su
             state.best = n
             state.failures_in_row = 0
             state.steps_since_best = 0 if new_best else state.steps_since_best + 1
-            lineage.set_tags(_tags(state))
+            lineage.git("tag", "-f", f"v{n}", sha)  # recover() made every other tag exact already
             _update_supervisor(state, None, outcome)
             save_state(paths, state)  # the commit point
             append_trajectory(paths, record)
@@ -615,8 +615,7 @@ def submit(run: Run, message: str, *, extra: dict[str, Any] | None = None) -> Su
             _update_supervisor(state, fingerprint, outcome)
             state.rejected_fingerprints.setdefault(fingerprint, step)
             save_state(paths, state)  # the commit point
-            lineage.reset_hard(best.sha)
-            lineage.set_tags(_tags(state))
+            lineage.reset_hard(best.sha)  # tags stay as recover() left them
             append_trajectory(paths, record)
             paths.journal.unlink(missing_ok=True)
         if state.supervisor.due:
