@@ -14,8 +14,10 @@ import re
 import shutil
 import signal
 import stat
+import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -126,15 +128,24 @@ def _hashes(spec: TargetSpec, kb: Path, runs_root: Path) -> dict[str, dict[str, 
     return {"evaluator": hash_tree(root, exclude | {runs_root}), "kb": hash_tree(kb)}
 
 
-def check_integrity(run: Run) -> None:
-    """Refuse to evaluate when the evaluator or the KB changed after the run started."""
-    root, exclude = _evaluator_tree(run.state.target)
-    exclude.add(run.paths.root.parent)  # the runs directory, when it sits inside the target
+def evaluator_hashes(
+    spec: TargetSpec, recorded: dict[str, str], runs_dir: Path | None = None
+) -> tuple[Path, dict[str, str], dict[str, str]]:
+    """``(root, recorded, current)`` hashes of the evaluator, compared like with like."""
+    root, exclude = _evaluator_tree(spec)
+    if runs_dir is not None:
+        exclude.add(runs_dir)  # the runs directory, when it sits inside the target
     skipped = {p.relative_to(root).as_posix() + "/" for p in exclude if p.is_relative_to(root)}
     # Runs recorded before seed/ and kb/ were left out still compare like with like.
-    recorded = {k: v for k, v in run.state.hashes.get("evaluator", {}).items()
-                if not any(k.startswith(prefix) for prefix in skipped)}
-    compare("evaluator", recorded, hash_tree(root, exclude), root)
+    kept = {k: v for k, v in recorded.items() if not any(k.startswith(prefix) for prefix in skipped)}
+    return root, kept, hash_tree(root, exclude)
+
+
+def check_integrity(run: Run) -> None:
+    """Refuse to evaluate when the evaluator or the KB changed after the run started."""
+    root, recorded, current = evaluator_hashes(
+        run.state.target, run.state.hashes.get("evaluator", {}), run.paths.root.parent)
+    compare("evaluator", recorded, current, root)
     compare("knowledge base", run.state.hashes.get("kb", {}), hash_tree(run.paths.kb), run.paths.kb)
 
 
@@ -495,8 +506,14 @@ def _update_supervisor(state: RunState, fingerprint: str | None, outcome: str) -
         sup.due, sup.reason = True, f"stalled: {state.steps_since_best} steps without a new best"
 
 
-def submit(run: Run, message: str, *, extra: dict[str, Any] | None = None) -> SubmitOutcome:
-    """Evaluate the work tree and apply the commit policy against the best committed score."""
+def submit(
+    run: Run, message: str, *, extra: dict[str, Any] | None = None, progress: Callable[[str], None] | None = None
+) -> SubmitOutcome:
+    """Evaluate the work tree and apply the commit policy against the best committed score.
+
+    ``progress`` receives a line before each long phase (the evaluation, re-measurements).
+    """
+    say = progress or (lambda line: None)
     if not message.strip():
         raise AvoError("the message is empty; say what changed and why (it becomes the commit message)")
     with run_lock(run.paths):
@@ -516,6 +533,7 @@ def submit(run: Run, message: str, *, extra: dict[str, Any] | None = None) -> Su
             raise AvoError(f"nothing to submit: work/ is identical to the best version v{best.n}. "
                            "Edit the candidate first (or `avo revert` to discard experiments).")
         step = state.steps + 1
+        say(f"evaluating the candidate of step {step} ...")
         evaluation = _evaluate_tree(run, tree, f"step{step}")
         fingerprint = diff_fingerprint(diff)
         direction = state.target.direction
@@ -528,15 +546,21 @@ def submit(run: Run, message: str, *, extra: dict[str, Any] | None = None) -> Su
             outcome = "failed"
             reason = evaluation.result.error or "failed the gate"
         else:
-            verdict = first_look(scalar, best.scalar, direction, band)
-            g = gain(scalar, best.scalar, direction)
+            # On a noisy target the best's score drifts with the machine: compare with the
+            # median of what was recorded and every later re-measurement of the same version.
+            reference = statistics.median([best.scalar, *state.remeasured.get(best.n, [])])
+            verdict = first_look(scalar, reference, direction, band)
+            g = gain(scalar, reference, direction)
             if verdict == "accept":
                 accepted, new_best = True, g > 0
                 reason = f"{'improves' if g > 0 else 'matches'} the best v{best.n} ({g:+.2%})"
             elif verdict == "reject":
                 reason = f"worse than the best v{best.n} ({g:+.2%})"
             else:
+                say(f"gain {g:+.1%} is inside the noise band (±{band:.0%}): re-measuring the candidate and "
+                    f"v{best.n} {state.options.noise.confirm_runs}× each, interleaved ...")
                 cand_runs, best_runs, errors = _confirm_runs(run, tree, scalar)
+                state.remeasured.setdefault(best.n, []).extend(best_runs)
                 confirm_info = {"candidate": cand_runs, "best": best_runs}
                 if errors:
                     reason = f"a confirmation run failed: {errors[0]}"

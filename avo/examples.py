@@ -18,7 +18,6 @@ from pathlib import Path
 from avo.contract import gain
 from avo.errors import AvoError
 from avo.evaluation import evaluate_dir
-from avo.integrity import hash_tree
 from avo.lineage import Lineage
 from avo.state import RunState, Version
 
@@ -69,7 +68,8 @@ class Verification:
 
 def verify_example(folder: Path, *, version: int | None = None) -> Verification:
     """Re-evaluate the best (or ``version``) of a shipped example and compare with the record."""
-    from avo.plugins import find_target, plugin_module_dir
+    from avo.engine import evaluator_hashes
+    from avo.plugins import find_target
 
     run_json, bundle = folder / "run.json", folder / BUNDLE
     for needed in (run_json, bundle):
@@ -94,10 +94,8 @@ def verify_example(folder: Path, *, version: int | None = None) -> Verification:
             raise AvoError(f"the bundle's v{wanted.n} is {tag_sha or 'missing'}, the record says {wanted.sha}")
         snap = Path(tmp) / "candidate"
         lineage.export(wanted.sha, snap)
-        evaluator_changed = False
-        if spec.directory is None and spec.provider:
-            root = plugin_module_dir(spec.provider)
-            evaluator_changed = root is not None and hash_tree(root) != state.hashes.get("evaluator")
+        _, recorded, current = evaluator_hashes(spec, state.hashes.get("evaluator", {}))
+        evaluator_changed = recorded != current
         ev = evaluate_dir(spec, snap, Path(tmp) / "verify.log", quick=state.options.quick,
                           configs=set(state.configs) or None)
         log_tail = (Path(tmp) / "verify.log").read_text(errors="replace")[-2000:]

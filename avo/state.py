@@ -88,6 +88,8 @@ class RunState(BaseModel):
     failures_in_row: int = 0
     evaluations: int = 0
     rejected_fingerprints: dict[str, int] = Field(default_factory=dict)
+    # Re-measurements of accepted versions (noise confirmations): {version: [scalars]}.
+    remeasured: dict[int, list[float]] = Field(default_factory=dict)
     supervisor: SupervisorState = Field(default_factory=SupervisorState)
     origin: str | None = None
     usage: dict[str, float] = Field(default_factory=dict)

@@ -94,3 +94,15 @@ def test_policy_rules() -> None:
     assert confirm([104, 105, 103], [100, 101, 99], "maximize", 0.05).accepted
     assert not confirm([101, 100, 102], [100, 101, 99], "maximize", 0.05).accepted
     assert confirm([96, 95, 97], [100, 101, 99], "minimize", 0.05).accepted
+
+
+def test_remeasurements_of_the_best_become_its_reference(noisy: Path, runs_root: Path, core_plugins: None) -> None:
+    """A best recorded on a lucky draw is compared through its later re-measurements."""
+    run = start_run(str(noisy), runs_root, stall_limit=10)
+    set_model(run.paths.work, 1.0, 137)
+    out = submit(run, "noise only", progress=lambda line: None)
+    assert out.outcome == "rejected" and "inside the noise band" in out.reason
+    from avo.engine import open_run
+
+    state = open_run(run.paths.root, runs_root).state
+    assert len(state.remeasured[0]) == 5  # kept for the next comparison
