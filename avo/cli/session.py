@@ -114,7 +114,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
 
         with user_errors():
             r = open_run(run, runs_root(runs_dir))
-            res = do_submit(r, message, progress=lambda line: err.print(line))
+            res = do_submit(r, message, progress=None if json_out else (lambda line: err.print(line)))
             if json_out:
                 print_json({"step": res.step, "outcome": res.outcome, "reason": res.reason,
                             "version": f"v{res.version.n}" if res.version else None,
