@@ -23,6 +23,13 @@ def _pick(positional: str | None, option: str | None) -> str | None:
     return positional if positional is not None else option
 
 
+def _wrote(run_id: str, path: Path, json_out: bool) -> None:
+    if json_out:
+        print_json({"run": run_id, "path": str(path.resolve())})
+    else:
+        out.print(f"wrote {path}", markup=False)
+
+
 def register(app: typer.Typer) -> None:
     """Add ``plot`` and ``report`` to ``app``."""
 
@@ -46,10 +53,7 @@ def register(app: typer.Typer) -> None:
         with user_errors():
             r = open_run(_pick(run_arg, run), runs_root(runs_dir))
             path = plot_run(r, output, x=x, attempts=attempts)
-            if json_out:
-                print_json({"run": r.state.id, "path": str(path.resolve())})
-            else:
-                out.print(f"wrote {path}", markup=False)
+            _wrote(r.state.id, path, json_out)
 
     @app.command()
     def report(
@@ -68,7 +72,4 @@ def register(app: typer.Typer) -> None:
         with user_errors():
             r = open_run(_pick(run_arg, run), runs_root(runs_dir))
             path = write_report(r, output, plot=not no_plot)
-            if json_out:
-                print_json({"run": r.state.id, "path": str(path.resolve())})
-            else:
-                out.print(f"wrote {path}", markup=False)
+            _wrote(r.state.id, path, json_out)
