@@ -29,7 +29,9 @@ def install_all(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Core tests with every plugin installed, then each distribution's own tests."""
     install_all(session)
-    session.install("pytest")
+    # The agent_sdk backend's tests exercise the real SDK's option and message types; users
+    # get it with `pip install ./plugins/avo-backend-agent-sdk[sdk]` (it bundles a CLI).
+    session.install("pytest", "claude-agent-sdk")
     session.run("pytest", "tests", "-q", *session.posargs)
     for dist in distributions():
         if (dist / "tests").is_dir():
