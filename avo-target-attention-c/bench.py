@@ -87,7 +87,8 @@ def main(argv: list[str]) -> int:
         lines.append(f"| {key} | {seed_metrics.get(key, float('nan')):.4f} | {statistics.median(values):.4f} "
                      f"| {max(values) / min(values):.3f} |")
     lines += ["", "The seed's evaluation notes (what the agent sees):", "", "```", seed_notes, "```", ""]
-    out_path.write_text("\n".join(lines))
+    with open(out_path, "a", encoding="utf-8") as fh:  # the bench session concatenates sections
+        fh.write("\n".join(lines) + "\n")
     print(json.dumps({"seed": seed_scalar, "seed_wall": seed_wall, "spread": spread, "scalars": scalars,
                       "walls": walls}))
     return 0

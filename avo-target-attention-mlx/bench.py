@@ -109,7 +109,8 @@ Baselines (speedup vs SDPA, measured interleaved like a candidate; SDPA vs itsel
 | --- | --- | --- |
 {chr(10).join(base_rows)}
 """
-    out.write_text(text)
+    with open(out, "a", encoding="utf-8") as fh:  # the bench session concatenates sections
+        fh.write(text + "\n")
     print(text)
 
 
