@@ -10,11 +10,11 @@ This module only declares hooks; everything heavy is imported when a hook runs.
 
 from __future__ import annotations
 
-import shutil
 from importlib import resources
 from pathlib import Path
 
 from avo import hookimpl
+from avo.files import copy_contents
 from avo.models import EvalOptions, EvalResult, NoiseSpec, TargetSpec
 
 NAME = "attention_c"
@@ -63,16 +63,6 @@ def _package_dir(sub: str) -> Path:
     return Path(str(resources.files(__package__).joinpath(sub)))
 
 
-def _copy_tree(src: Path, dest: Path) -> None:
-    for item in sorted(src.iterdir()):
-        if item.name == "__pycache__":
-            continue
-        if item.is_dir():
-            shutil.copytree(item, dest / item.name)
-        else:
-            shutil.copy2(item, dest / item.name)
-
-
 @hookimpl
 def avo_targets() -> list[TargetSpec]:
     return [spec()]
@@ -82,7 +72,7 @@ def avo_targets() -> list[TargetSpec]:
 def avo_seed(target: TargetSpec, dest: Path) -> bool | None:
     if target.name != NAME:
         return None
-    _copy_tree(_package_dir("seed"), dest)
+    copy_contents(_package_dir("seed"), dest)
     return True
 
 
@@ -90,7 +80,7 @@ def avo_seed(target: TargetSpec, dest: Path) -> bool | None:
 def avo_knowledge(target: TargetSpec, dest: Path) -> bool | None:
     if target.name != NAME:
         return None
-    _copy_tree(_package_dir("kb"), dest)
+    copy_contents(_package_dir("kb"), dest)
     return True
 
 

@@ -6,10 +6,10 @@ The plugin module stays light: it imports neither MLX nor NumPy, so ``avo target
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from avo import hookimpl
+from avo.files import copy_contents
 from avo.models import EvalOptions, EvalResult, NoiseSpec, TargetSpec
 from avo_target_attention_mlx.configs import ERROR_BUDGET, FULL_CONFIGS, LOGIT_STD
 
@@ -67,21 +67,11 @@ def avo_targets() -> list[TargetSpec]:
     return [spec()]
 
 
-def _copy_tree(src: Path, dest: Path) -> None:
-    for item in src.iterdir():
-        if item.name == "__pycache__":
-            continue
-        if item.is_dir():
-            shutil.copytree(item, dest / item.name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(item, dest / item.name)
-
-
 @hookimpl
 def avo_seed(target: TargetSpec, dest: Path) -> bool | None:
     if target.name != NAME:
         return None
-    _copy_tree(HERE / "seed", dest)
+    copy_contents(HERE / "seed", dest)
     return True
 
 
@@ -89,7 +79,7 @@ def avo_seed(target: TargetSpec, dest: Path) -> bool | None:
 def avo_knowledge(target: TargetSpec, dest: Path) -> bool | None:
     if target.name != NAME:
         return None
-    _copy_tree(HERE / "kb", dest)
+    copy_contents(HERE / "kb", dest)
     return True
 
 

@@ -8,13 +8,13 @@ evaluator is the configured command, in any language, run as a child process.
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from avo.errors import SpecError
+from avo.files import copy_contents
 from avo.hookspecs import hookimpl
 from avo.models import (
     Direction,
@@ -180,16 +180,6 @@ def _mine(target: TargetSpec) -> TargetFile | None:
     return load_target_file(target.directory)
 
 
-def _copy_children(src: Path, dest: Path) -> None:
-    for item in src.iterdir():
-        if item.name in ("__pycache__", ".git"):
-            continue
-        if item.is_dir():
-            shutil.copytree(item, dest / item.name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(item, dest / item.name)
-
-
 @hookimpl
 def avo_targets() -> list[TargetSpec]:
     specs = []
@@ -222,7 +212,7 @@ def avo_seed(target: TargetSpec, dest: Path) -> bool | None:
     tf = _mine(target)
     if tf is None or target.directory is None:
         return None
-    _copy_children(target.directory / tf.seed, dest)
+    copy_contents(target.directory / tf.seed, dest)
     return True
 
 
@@ -232,7 +222,7 @@ def avo_knowledge(target: TargetSpec, dest: Path) -> bool | None:
     if tf is None or target.directory is None:
         return None
     if tf.knowledge_base is not None:
-        _copy_children(target.directory / tf.knowledge_base, dest)
+        copy_contents(target.directory / tf.knowledge_base, dest)
     return True
 
 

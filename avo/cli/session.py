@@ -37,13 +37,6 @@ def _print_submit(res: SubmitOutcome, run: Run) -> None:
     _print_lines(submit_lines(res, run, via="cli"))
 
 
-def status_dict(run: Run, dirty: bool | None) -> dict[str, Any]:
-    """Where the run stands, as data (kept here for callers of the CLI module)."""
-    from avo.summaries import status_dict as build
-
-    return build(run, dirty)
-
-
 def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command below
     @app.command()
     def start(
@@ -145,7 +138,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
 
         with user_errors():
             r = open_run(run, runs_root(runs_dir))
-            from avo.summaries import status_lines, work_dirty
+            from avo.summaries import status_dict, status_lines, work_dirty
 
             data = status_dict(r, work_dirty(r))
             if json_out:
