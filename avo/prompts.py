@@ -161,7 +161,7 @@ The scalar is the geometric mean of the per-config metrics unless the target giv
 - scratch memory that survives every reset: `{paths.notes}`
 - lineage P_t is git history in work/: `git log --oneline`, `git show v{best.n}:{spec.entrypoint}`,
   {history}
-- diffs of rejected and failed attempts: `{paths.rejected}/`
+- diffs of rejected and failed attempts: `{paths.rejected}/` (to build on one: `git -C work apply <diff>`)
 
 ## Rules
 1. Edit only files in work/. Never modify the evaluator, kb/, run.json or the trajectory; a
