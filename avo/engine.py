@@ -30,6 +30,7 @@ from avo.integrity import compare, hash_tree
 from avo.lineage import META_DIR, CandidateError, Lineage, diff_fingerprint
 from avo.models import TargetSpec
 from avo.policy import confirm, first_look
+from avo.prompts import fmt_number
 from avo.state import (
     Baseline,
     RunOptions,
@@ -77,6 +78,7 @@ class EvalReport:
     tree: str
     compared_to: Version
     gain: float | None
+    warning: str | None = None
 
 
 @dataclass
@@ -422,7 +424,7 @@ def start_run(
                               "options": options.model_dump()})
     append_trajectory(paths, {"kind": "eval", "id": "seed", "step": 0, "tree": tree, "scalar": v0.scalar,
                               "metrics": v0.metrics, "correct": True, "wall_s": round(evaluation.wall_s, 3),
-                              "log": str(evaluation.log_path.name)})
+                              "notes": evaluation.result.notes, "log": str(evaluation.log_path.name)})
     for b in state.baselines:
         append_trajectory(paths, {"kind": "baseline", "name": b.name, "scalar": b.scalar, "metrics": b.metrics,
                                   "correct": b.correct, "error": b.error})
@@ -436,6 +438,19 @@ def start_run(
 # -- evaluate ------------------------------------------------------------------------------
 
 
+def _nondeterminism(run: Run, tree: str, evaluation: Evaluation) -> str | None:
+    """On a target that declares no noise, the same tree must score the same every time."""
+    if run.state.options.noise.band > 0 or evaluation.scalar is None:
+        return None
+    for record in read_trajectory(run.paths):
+        if record.get("tree") == tree and record.get("scalar") is not None \
+                and record.get("metrics") != evaluation.result.metrics:
+            return (f"this exact tree scored {fmt_number(record['scalar'])} in {record.get('id')} and "
+                    f"{fmt_number(evaluation.scalar)} now, but the target declares no noise: the candidate "
+                    "is not deterministic (pacing by the clock?), so its score depends on the machine's load")
+    return None
+
+
 def evaluate_work(run: Run) -> EvalReport:
     """Evaluate the current work tree; the lineage does not change."""
     with run_lock(run.paths):
@@ -447,6 +462,7 @@ def evaluate_work(run: Run) -> EvalReport:
         evaluation = _evaluate_tree(run, tree, f"eval{n}")
         best = run.state.best_version
         g = gain(evaluation.scalar, best.scalar, run.state.target.direction) if evaluation.scalar is not None else None
+        warning = _nondeterminism(run, tree, evaluation)
         run.state.evaluations = n
         run.save()
         append_trajectory(run.paths, {
@@ -454,8 +470,9 @@ def evaluate_work(run: Run) -> EvalReport:
             "correct": evaluation.scalar is not None, "scalar": evaluation.scalar,
             "metrics": evaluation.result.metrics, "error": evaluation.result.error,
             "gain_vs_best": g, "wall_s": round(evaluation.wall_s, 3), "log": evaluation.log_path.name,
+            "warning": warning,
         })
-        return EvalReport(evaluation, tree, best, g)
+        return EvalReport(evaluation, tree, best, g, warning)
 
 
 # -- submit --------------------------------------------------------------------------------
@@ -536,6 +553,9 @@ def submit(
         say(f"evaluating the candidate of step {step} ...")
         evaluation = _evaluate_tree(run, tree, f"step{step}")
         fingerprint = diff_fingerprint(diff)
+        warning = _nondeterminism(run, tree, evaluation)
+        if warning:
+            notes.append(warning)
         direction = state.target.direction
         band = state.options.noise.band
         reason = ""

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from avo.contract import better, gain
 from avo.errors import AvoError
+from avo.prompts import fmt_number
 from avo.state import read_trajectory
 
 if TYPE_CHECKING:
@@ -186,7 +187,7 @@ def figure_from_data(data: TrajectoryData, *, attempts: bool = False) -> Figure:
     palette = ["tab:gray", "tab:brown", "tab:olive", "tab:cyan", "tab:pink", "tab:purple"]
     for i, (name, value) in enumerate(sorted(data.baselines.items(), key=lambda kv: kv[1])):
         line = ax.axhline(value, color=palette[i % len(palette)], linestyle="--", linewidth=1.2, zorder=1,
-                          label=f"baseline {name} ({value:.4g})")
+                          label=f"baseline {name} ({fmt_number(value)})")
         line.set_gid(f"baseline:{name}")
         ax.annotate(name, xy=(1.0, value), xycoords=("axes fraction", "data"), xytext=(-4, 3),
                     textcoords="offset points", ha="right", va="bottom", fontsize=8,
@@ -217,7 +218,7 @@ def figure_from_data(data: TrajectoryData, *, attempts: bool = False) -> Figure:
 
     if attempts and not data.attempts:
         handles.append(Line2D([], [], linestyle="none", label="no rejected or failed attempts"))
-    fig.suptitle(f"{data.target}: best {data.running_best[-1]:.4g} vs x_0 {data.scalars[0]:.4g} "
+    fig.suptitle(f"{data.target}: best {fmt_number(data.running_best[-1])} vs x_0 {fmt_number(data.scalars[0])} "
                  f"({data.gain:+.1%}) over {len(data.xs) - 1} committed versions", fontsize=12)
     ax.set_title(f"run {data.run_id}", fontsize=9, color="0.35")
     fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.765, 0.88), fontsize=8, frameon=False)

@@ -191,6 +191,22 @@ The scalar is the geometric mean of the per-config metrics unless the target giv
 """
 
 
+MAX_SCREENING = 12
+
+
+def _screening(records: list[dict[str, Any]]) -> str:
+    """The agent's own measurements: often the best evidence of what was tried and why it stalled."""
+    evals = [r for r in records if r.get("kind") == "eval" and r.get("id") != "seed"][-MAX_SCREENING:]
+    if not evals:
+        return "(none)"
+    rows = ["| eval | during step | scalar | vs best | error |", "|---|---|---|---|---|"]
+    for r in evals:
+        g = r.get("gain_vs_best")
+        rows.append(f"| {r.get('id')} | {r.get('step')} | {fmt_number(r.get('scalar'))} | "
+                    f"{'' if g is None else f'{g:+.1%}'} | {_cell(r.get('error'), 80)} |")
+    return "\n".join(rows)
+
+
 def supervisor_brief(run: Run) -> str:
     """The review prompt for a stalled run: whole trajectory, per-config trends, the ask."""
     state = run.state
@@ -224,6 +240,9 @@ change work/.
 
 ## Every step so far
 {chr(10).join(rows)}
+
+## Evaluations between submits (avo-eval), the last {MAX_SCREENING}
+{_screening(records)}
 
 ## Per-config trends
 {chr(10).join(trend)}

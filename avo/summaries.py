@@ -58,6 +58,8 @@ def eval_lines(report: EvalReport, run: Run) -> list[str]:
         lines.extend(metric_lines(ev.result.metrics, best.metrics, run.state.target.direction))
     if ev.result.notes:
         lines.append(f"notes: {ev.result.notes.strip()}")
+    if report.warning:
+        lines.append(f"WARNING: {report.warning}")
     lines.append(f"log: {_rel(ev.log_path, run)} ({ev.wall_s:.1f} s)")
     return lines
 

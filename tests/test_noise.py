@@ -106,3 +106,19 @@ def test_remeasurements_of_the_best_become_its_reference(noisy: Path, runs_root:
 
     state = open_run(run.paths.root, runs_root).state
     assert len(state.remeasured[0]) == 5  # kept for the next comparison
+
+
+def test_a_tree_that_scores_differently_on_a_noiseless_target_is_flagged(
+    noisy: Path, runs_root: Path, core_plugins: None
+) -> None:
+    spec = noisy / "target.yaml"
+    spec.write_text(spec.read_text().replace("noise: {band: 0.05, confirm_runs: 5}", "direction: maximize"))
+    run = start_run(str(noisy), runs_root)
+    set_model(run.paths.work, 1.2)
+    from avo.engine import evaluate_work
+
+    assert evaluate_work(run).warning is None
+    second = evaluate_work(run)
+    assert second.warning is not None and "not deterministic" in second.warning
+    out = submit(run, "same tree a third time")
+    assert any("not deterministic" in note for note in out.notes)

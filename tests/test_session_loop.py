@@ -76,6 +76,7 @@ def test_full_session_loop(toy: Path, runs_root: Path, core_plugins: None) -> No
     brief_path, brief = write_brief(run)
     assert brief_path.exists() and "3 steps without a new best" in brief
     assert "| 2 | rejected |" in brief and "config_a" in brief
+    assert "Evaluations between submits" in brief and "| eval2 | 1 |" in brief  # the avo-eval of step 1
     record_redirect(run, "Try Y: config_b has not moved since x_0.")
     run = open_run(paths.root, runs_root)
     prompt = variation_prompt(run)
