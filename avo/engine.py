@@ -79,6 +79,7 @@ class EvalReport:
     compared_to: Version
     gain: float | None
     warning: str | None = None
+    screening: bool = False  # the target's quick mode inside a full run: not comparable
 
 
 @dataclass
@@ -176,8 +177,11 @@ def _log_path(paths: RunPaths, label: str) -> Path:
     return paths.logs / f"{time.strftime('%Y%m%d-%H%M%S')}-{label}.log"
 
 
-def _evaluate_tree(run: Run, tree: str, label: str) -> Evaluation:
-    """Export ``tree`` to a private snapshot and evaluate exactly that."""
+def _evaluate_tree(run: Run, tree: str, label: str, *, screening: bool = False) -> Evaluation:
+    """Export ``tree`` to a private snapshot and evaluate exactly that.
+
+    ``screening``: the target's quick mode inside a full run (its configs differ).
+    """
     snap = run.paths.private / "eval" / label
     shutil.rmtree(snap, ignore_errors=True)
     log_path = _log_path(run.paths, label)
@@ -188,10 +192,10 @@ def _evaluate_tree(run: Run, tree: str, label: str) -> Evaluation:
         log_path.write_text(f"[avo] the candidate was not evaluated: {exc}\n")
         return Evaluation(failed(str(exc)), None, 0.0, log_path)
     try:
-        configs = set(run.state.configs) if run.state.configs else None
+        configs = set(run.state.configs) if run.state.configs and not screening else None
         return evaluate_dir(
             run.state.target, snap, log_path,
-            quick=run.state.options.quick, configs=configs, pid_file=run.paths.private / "child.pid",
+            quick=run.state.options.quick or screening, configs=configs, pid_file=run.paths.private / "child.pid",
         )
     finally:
         shutil.rmtree(snap, ignore_errors=True)
@@ -438,12 +442,13 @@ def start_run(
 # -- evaluate ------------------------------------------------------------------------------
 
 
-def _nondeterminism(run: Run, tree: str, evaluation: Evaluation) -> str | None:
+def _nondeterminism(run: Run, tree: str, evaluation: Evaluation, screening: bool = False) -> str | None:
     """On a target that declares no noise, the same tree must score the same every time."""
     if run.state.options.noise.band > 0 or evaluation.scalar is None:
         return None
     for record in read_trajectory(run.paths):
         if record.get("tree") == tree and record.get("scalar") is not None \
+                and bool(record.get("screening")) == screening \
                 and record.get("metrics") != evaluation.result.metrics:
             return (f"this exact tree scored {fmt_number(record['scalar'])} in {record.get('id')} and "
                     f"{fmt_number(evaluation.scalar)} now, but the target declares no noise: the candidate "
@@ -451,18 +456,25 @@ def _nondeterminism(run: Run, tree: str, evaluation: Evaluation) -> str | None:
     return None
 
 
-def evaluate_work(run: Run) -> EvalReport:
-    """Evaluate the current work tree; the lineage does not change."""
+def evaluate_work(run: Run, *, quick: bool = False) -> EvalReport:
+    """Evaluate the current work tree; the lineage does not change.
+
+    ``quick`` in a full run is a screening: the target's cheap mode, recorded but not
+    compared with the lineage (its configs and scale differ).
+    """
     with run_lock(run.paths):
         run.state = load_state(run.paths)
         recover(run)
         check_integrity(run)
         tree = run.lineage.snapshot_tree()
         n = run.state.evaluations + 1
-        evaluation = _evaluate_tree(run, tree, f"eval{n}")
+        screening = quick and not run.state.options.quick
+        evaluation = _evaluate_tree(run, tree, f"eval{n}", screening=screening)
         best = run.state.best_version
-        g = gain(evaluation.scalar, best.scalar, run.state.target.direction) if evaluation.scalar is not None else None
-        warning = _nondeterminism(run, tree, evaluation)
+        g = None
+        if evaluation.scalar is not None and not screening:
+            g = gain(evaluation.scalar, best.scalar, run.state.target.direction)
+        warning = _nondeterminism(run, tree, evaluation, screening)
         run.state.evaluations = n
         run.save()
         append_trajectory(run.paths, {
@@ -470,9 +482,9 @@ def evaluate_work(run: Run) -> EvalReport:
             "correct": evaluation.scalar is not None, "scalar": evaluation.scalar,
             "metrics": evaluation.result.metrics, "error": evaluation.result.error,
             "gain_vs_best": g, "wall_s": round(evaluation.wall_s, 3), "log": evaluation.log_path.name,
-            "warning": warning,
+            "warning": warning, "screening": screening,
         })
-        return EvalReport(evaluation, tree, best, g, warning)
+        return EvalReport(evaluation, tree, best, g, warning, screening)
 
 
 # -- submit --------------------------------------------------------------------------------

@@ -156,7 +156,8 @@ The scalar is the geometric mean of the per-config metrics unless the target giv
 {redirect}## Where things are
 - candidate x_t: `{paths.work}/` — the evolved file is `{spec.entrypoint}`; edit only inside work/
 - knowledge base K (read-only): `{paths.kb}/`
-- evaluate f at will: `{paths.avo_eval}` (short summary; full logs in `{paths.logs}/`)
+- evaluate f at will: `{paths.avo_eval}` (short summary; full logs in `{paths.logs}/`);
+  `{paths.avo_eval} --quick` screens in the target's cheap mode (not comparable with the lineage)
 - submit when done: `avo submit --run {paths.root} -m "what changed and why"` (avo adds the `vN:` tag itself)
 - scratch memory that survives every reset: `{paths.notes}`
 - lineage P_t is git history in work/: `git log --oneline`, `git show v{best.n}:{spec.entrypoint}`,

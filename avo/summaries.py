@@ -52,6 +52,10 @@ def eval_lines(report: EvalReport, run: Run) -> list[str]:
     lines = []
     if ev.scalar is None:
         lines.append(f"FAIL  {ev.result.error}")
+    elif report.screening or report.gain is None:
+        lines.append(f"PASS  scalar {fmt_number(ev.scalar)}  (quick screening: the target's cheap mode, "
+                     "not comparable with the lineage's full scores)")
+        lines.extend(metric_lines(ev.result.metrics, {}, run.state.target.direction))
     else:
         lines.append(f"PASS  scalar {fmt_number(ev.scalar)}  ({report.gain:+.2%} vs best v{best.n} = "
                      f"{fmt_number(best.scalar)})")

@@ -108,3 +108,18 @@ def test_help_stays_light() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**os.environ, "AVO_DISABLE_PLUGIN_AUTOLOAD": "1"})
     assert "HEAVY []" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_quick_screening_inside_a_full_run(toy: Path, runs_root: Path, core_plugins: None) -> None:
+    avo("start", "--target", str(toy), "--no-prompt")
+    run = newest_run(runs_root)
+    set_constants(run / "work", x=6)
+    code, out = avo("eval", "--quick", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["screening"] is True and data["gain_vs_best"] is None
+    code, out = avo("eval", "--quick")
+    assert "quick screening" in out and "not comparable" in out and "WARNING" not in out
+    code, out = avo("eval")  # the same tree in full mode: no false non-determinism warning
+    assert "vs best v0" in out and "WARNING" not in out
+    records = [json.loads(line) for line in (run / "trajectory.jsonl").read_text().splitlines()]
+    assert [r.get("screening") for r in records if r.get("kind") == "eval" and r.get("id") != "seed"] == [True, True, False]

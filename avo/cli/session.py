@@ -79,18 +79,25 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
             out.print(variation_prompt(r), markup=False)
 
     @app.command("eval")
-    def eval_(run: RunRef = None, runs_dir: RunsDir = None, json_out: JsonFlag = False) -> None:
+    def eval_(
+        run: RunRef = None,
+        runs_dir: RunsDir = None,
+        json_out: JsonFlag = False,
+        quick: Annotated[bool, typer.Option(
+            "--quick", help="A cheap screening in the target's quick mode (not comparable with the lineage).")] = False,
+    ) -> None:
         """Evaluate the current work tree (no lineage change). The run's avo-eval calls this."""
         from avo.engine import evaluate_work, open_run
 
         with user_errors():
             r = open_run(run, runs_root(runs_dir))
-            report = evaluate_work(r)
+            report = evaluate_work(r, quick=quick)
             if json_out:
                 ev = report.evaluation
                 print_json({"correct": ev.scalar is not None, "scalar": ev.scalar, "metrics": ev.result.metrics,
                             "error": ev.result.error, "notes": ev.result.notes, "gain_vs_best": report.gain,
-                            "best": f"v{report.compared_to.n}", "log": str(ev.log_path)})
+                            "best": f"v{report.compared_to.n}", "log": str(ev.log_path),
+                            "screening": report.screening, "warning": report.warning})
             else:
                 _print_eval(report, r)
 
