@@ -187,12 +187,17 @@ class AvoTools:
         self._check_can_step(r)
         return self._prompt(r)
 
-    def evaluate(self, run: RunArg = None) -> str:
+    def evaluate(
+        self,
+        run: RunArg = None,
+        quick: Annotated[bool, Field(description=(
+            "Screen in the target's cheap quick mode instead (recorded, never compared with the lineage)."))] = False,
+    ) -> str:
         from avo.engine import evaluate_work
         from avo.summaries import eval_lines
 
         r = self._open(run)
-        return "\n".join(eval_lines(evaluate_work(r), r))
+        return "\n".join(eval_lines(evaluate_work(r, quick=quick), r))
 
     def submit(
         self,
@@ -302,7 +307,8 @@ TOOLS: list[tuple[str, str, str, dict[str, bool]]] = [
      {"read_only_hint": True}),
     ("avo_evaluate", "evaluate",
      "Score the current contents of work/ without changing the lineage (the same as running the run's avo-eval). "
-     "Call it as often as useful while you edit, to check correctness and speed before you submit.",
+     "Call it as often as useful while you edit, to check correctness and speed before you submit; "
+     "quick=true screens cheaply in the target's quick mode when a full evaluation is slow.",
      {"read_only_hint": False, "destructive_hint": False, "idempotent_hint": True}),
     ("avo_submit", "submit",
      "Finish the step: avo evaluates work/ itself and commits it as a new version iff it passes the correctness "
