@@ -157,9 +157,6 @@ class Lineage:
         return self.git("diff", "--no-color", "--no-ext-diff", "--no-textconv", "--binary", old, new,
                         "--", ".", f":(exclude){META_DIR}")
 
-    def diffstat(self, old: str, new: str) -> str:
-        return self.git("diff", "--shortstat", old, new, "--", ".", f":(exclude){META_DIR}").strip()
-
     # -- commits and tags -----------------------------------------------------------------
     def head(self) -> str | None:
         out = self.git("rev-parse", "--verify", "-q", "HEAD", check=False).strip()

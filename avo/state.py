@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from avo.errors import AvoError, BlockedError
-from avo.models import EvalResult, NoiseSpec, TargetSpec
+from avo.models import NoiseSpec, TargetSpec
 
 RUNS_ENV = "AVO_RUNS_DIR"
 
@@ -294,7 +294,3 @@ def run_lock(paths: RunPaths, wait: bool = True) -> Iterator[None]:
     finally:
         os.close(fd)
 
-
-def result_summary(result: EvalResult) -> dict[str, Any]:
-    return {"correct": result.correct, "metrics": result.metrics, "error": result.error,
-            "notes": result.notes}
