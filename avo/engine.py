@@ -496,13 +496,15 @@ def _check_can_step(state: RunState) -> None:
     if left == 0:
         raise BlockedError(
             f"the step budget of this run is spent ({state.steps}/{state.options.max_steps} steps). "
-            f"Continue from its best with `avo start --from {state.id}`."
+            f"Continue from its best with `avo start --from {state.id}`.",
+            reason="budget",
         )
     if state.supervisor.due:
         raise BlockedError(
             f"the supervisor is due ({state.supervisor.reason}). Run `avo supervisor brief`, "
             "answer it with several concrete, distinct directions, and store the answer with "
-            "`avo supervisor record`; then continue."
+            "`avo supervisor record`; then continue.",
+            reason="supervisor",
         )
 
 

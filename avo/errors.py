@@ -16,4 +16,11 @@ class IntegrityError(AvoError):
 
 
 class BlockedError(AvoError):
-    """The run cannot take this step yet (supervisor due, budget spent, lock held)."""
+    """The run cannot take this step yet (supervisor due, budget spent, lock held).
+
+    ``reason`` says which, so a front end can name its own way out.
+    """
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason

@@ -118,8 +118,7 @@ class AvoTools:
         try:
             _check_can_step(run.state)
         except BlockedError as exc:
-            # The engine names a spent budget before a due supervisor; follow the same order.
-            hint = (f" Via MCP: avo_start_run(from_run={run.state.id!r})." if run.state.steps_left() == 0
+            hint = (f" Via MCP: avo_start_run(from_run={run.state.id!r})." if exc.reason == "budget"
                     else " Via MCP: call avo_supervisor_brief, answer it, then avo_record_supervisor.")
             raise BlockedError(f"{exc}{hint}") from None
 
