@@ -20,6 +20,9 @@ RunRef = Annotated[
     str | None, typer.Option("--run", help="Run id or path (default: the newest run).", show_default=False)
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+SandboxOpt = Annotated[str | None, typer.Option(
+    "--sandbox", envvar="AVO_SANDBOX", show_default=False,
+    help="Isolation of candidate code: auto (bubblewrap where it works, default), bwrap (required) or none.")]
 
 EXIT_ERROR = 1
 EXIT_BLOCKED = 3
