@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import stat
@@ -161,7 +162,7 @@ def _runtime(run: Run, label: str) -> Runtime:
     evaluator_copy.check(copy, package, recorded, runtime)
     level = run.state.sandbox if run.state.sandbox in ("bwrap", "none") else "none"
     return Runtime(copy, package, module, spec.provider if module else None, level,  # type: ignore[arg-type]
-                   run.paths.private / "eval" / f"{label}-scratch")
+                   run.paths.private / "eval" / f"{label}-scratch", run.state.eval_secret)
 
 
 def _recheck_runtime(run: Run, rt: Runtime) -> str | None:
@@ -432,6 +433,7 @@ def start_run(
     state = RunState(
         id=run_id, created=time.time(), avo_version=__version__, target=spec, options=options,
         hashes=_hashes(spec, paths.kb, runs_root), origin=origin, sandbox=level,
+        eval_secret=secrets.token_hex(16),
     )
     run = Run(paths, state)
     lineage = run.lineage

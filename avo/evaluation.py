@@ -48,6 +48,7 @@ class Runtime:
     plugin: str | None
     sandbox: Level
     scratch: Path  # a private folder for this evaluation's working files
+    secret: str | None = None  # the run's evaluation secret (plugin evaluators only)
 
 
 def _fill(template: list[str], target_dir: Path, workdir: Path | None) -> list[str]:
@@ -97,6 +98,8 @@ def _launch(
     if quick:
         cmd.append("--quick")
     child_env = {**os.environ, **env, "AVO_LOG_DIR": str(log_path.parent)}
+    if rt.secret:
+        child_env["AVO_EVAL_SECRET"] = rt.secret
     cwd = rt.scratch / "cwd"  # never the candidate's folder: nothing there can be imported
     cwd.mkdir(exist_ok=True)
     return run_child(cmd, cwd=cwd, timeout=timeout, limits=spec.limits, log_path=log_path, env=child_env,

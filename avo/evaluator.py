@@ -39,7 +39,8 @@ def _evaluate(args: argparse.Namespace) -> str:
     pm.add_hookspecs(hookspecs)
     pm.register(module, name=args.plugin)
     log_dir = os.environ.get("AVO_LOG_DIR")
-    options = EvalOptions(quick=args.quick, log_dir=Path(log_dir) if log_dir else None)
+    options = EvalOptions(quick=args.quick, log_dir=Path(log_dir) if log_dir else None,
+                          secret=os.environ.pop("AVO_EVAL_SECRET", None) or None)
     if args.baselines:
         from avo.evaluation import baselines_payload
 

@@ -9,6 +9,7 @@ for a deterministic target, within the declared noise band otherwise.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 import tempfile
@@ -98,6 +99,7 @@ def verify_example(folder: Path, *, version: int | None = None) -> Verification:
         _, recorded, current = evaluator_hashes(spec, state.hashes.get("evaluator", {}))
         evaluator_changed = recorded != current
         rt = fresh_runtime(spec, Path(tmp) / "private", "verify", sandbox=state.options.sandbox)
+        rt = dataclasses.replace(rt, secret=state.eval_secret)
         ev = evaluate_dir(spec, snap, Path(tmp) / "verify.log", rt, quick=state.options.quick,
                           configs=set(state.configs) or None)
         log_tail = (Path(tmp) / "verify.log").read_text(errors="replace")[-2000:]

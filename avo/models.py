@@ -102,6 +102,10 @@ class EvalOptions(BaseModel):
     quick: bool = Field(False, description="A cheaper smoke evaluation (tests, demos)")
     log_dir: Path | None = Field(None, description="Where the evaluator may write full logs")
     seed: int | None = None
+    secret: str | None = Field(
+        None, description="The run's evaluation secret (never shown to candidates); with the "
+        "candidate's content it derives inputs the candidate cannot know in advance: see "
+        "avo.eval_inputs. None outside a run (conformance suites).")
 
 
 class EvalResult(BaseModel):

@@ -97,6 +97,8 @@ class RunState(BaseModel):
     # The isolation every evaluation of this run gets (avo.sandbox): bwrap or none. Runs
     # recorded before the sandbox existed had none.
     sandbox: str = "none"
+    # Mixed with each candidate's digest into inputs it cannot know in advance (avo.eval_inputs).
+    eval_secret: str | None = None
 
     @property
     def best_version(self) -> Version:
