@@ -14,6 +14,9 @@ import json
 import os
 import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,6 +109,14 @@ def _launch(
                      pid_file=pid_file, result_channel=True)
 
 
+@contextmanager
+def _fresh(spec: TargetSpec, label: str) -> Iterator[Runtime]:
+    from avo.evaluator_copy import fresh_runtime
+
+    with tempfile.TemporaryDirectory(prefix="avo-private-") as private:
+        yield fresh_runtime(spec, Path(private), label)
+
+
 def _keep_logs(logs: Path, log_path: Path) -> None:
     """Move what a sandboxed evaluator wrote to its log folder next to the run's log."""
     for entry in sorted(logs.iterdir()) if logs.is_dir() else []:
@@ -117,13 +128,20 @@ def evaluate_dir(
     spec: TargetSpec,
     workdir: Path,
     log_path: Path,
-    rt: Runtime,
+    rt: Runtime | None = None,
     *,
     quick: bool = False,
     configs: set[str] | None = None,
     pid_file: Path | None = None,
 ) -> Evaluation:
-    """Evaluate the candidate files in ``workdir`` with the target's evaluator."""
+    """Evaluate the candidate files in ``workdir`` with the target's evaluator.
+
+    ``rt`` is the run's runtime; without one (tests, tools) a fresh copy of the evaluator as
+    installed now is made for this evaluation alone.
+    """
+    if rt is None:
+        with _fresh(spec, "eval") as fresh:
+            return evaluate_dir(spec, workdir, log_path, fresh, quick=quick, configs=configs, pid_file=pid_file)
     try:
         outcome = _launch(spec, rt, workdir, log_path, quick=quick, baselines=False, pid_file=pid_file)
     except (ValueError, AvoError) as exc:
@@ -135,10 +153,14 @@ def evaluate_dir(
     return Evaluation(result, scalar, outcome.wall_s, log_path)
 
 
-def measure_baselines(spec: TargetSpec, log_path: Path, rt: Runtime, *, quick: bool = False) -> dict[str, Evaluation]:
+def measure_baselines(spec: TargetSpec, log_path: Path, rt: Runtime | None = None, *,
+                      quick: bool = False) -> dict[str, Evaluation]:
     """Run the target's baselines once: ``{name: evaluation}`` (empty when it has none)."""
     if not spec.has_baselines and spec.baselines_command is None:
         return {}
+    if rt is None:
+        with _fresh(spec, "baselines") as fresh:
+            return measure_baselines(spec, log_path, fresh, quick=quick)
     try:
         outcome = _launch(spec, rt, None, log_path, quick=quick, baselines=True)
     except (ValueError, AvoError) as exc:

@@ -31,7 +31,6 @@ from typing import Any, ClassVar
 import pytest
 
 from avo.evaluation import Evaluation, evaluate_dir, measure_baselines
-from avo.evaluator_copy import fresh_runtime
 from avo.models import BackendInfo, StepRequest, StepResult, SupervisorAnswer, SupervisorBrief, TargetSpec
 
 # How avo words an evaluation that did not end in a well-formed closed gate (avo.runner,
@@ -127,8 +126,7 @@ class TargetConformance:
         """Evaluate a copy of ``candidate`` as a run would (snapshot dir, child process)."""
         snap = scratch / f"snap-{len(list(scratch.glob('snap-*')))}"
         shutil.copytree(candidate, snap)
-        rt = fresh_runtime(spec, scratch / f"{snap.name}-private", "eval")
-        return evaluate_dir(spec, snap, scratch / f"{snap.name}.log", rt, quick=cls.quick, configs=configs)
+        return evaluate_dir(spec, snap, scratch / f"{snap.name}.log", quick=cls.quick, configs=configs)
 
     @staticmethod
     def _log_tail(ev: Evaluation) -> str:
@@ -211,8 +209,7 @@ class TargetConformance:
                                               tmp_path: Path) -> None:
         if not self.check_baselines or not (target_spec.has_baselines or target_spec.baselines_command):
             pytest.skip("the target declares no baselines (or check_baselines = False)")
-        rt = fresh_runtime(target_spec, tmp_path / "private", "baselines")
-        results = measure_baselines(target_spec, tmp_path / "baselines.log", rt, quick=self.quick)
+        results = measure_baselines(target_spec, tmp_path / "baselines.log", quick=self.quick)
         assert results, "the target declares baselines but measured none"
         for name, ev in results.items():
             assert ev.scalar is not None, f"baseline {name!r} failed: {ev.result.error}"

@@ -233,9 +233,6 @@ def avo_evaluate(target: TargetSpec, workdir: Path, options: EvalOptions) -> Eva
     import tempfile
 
     from avo.evaluation import evaluate_dir
-    from avo.evaluator_copy import fresh_runtime
 
     log_dir = options.log_dir or Path(tempfile.mkdtemp(prefix="avo-eval-"))
-    with tempfile.TemporaryDirectory(prefix="avo-private-") as private:
-        rt = fresh_runtime(target, Path(private), "eval")
-        return evaluate_dir(target, workdir, log_dir / "directory-eval.log", rt, quick=options.quick).result
+    return evaluate_dir(target, workdir, log_dir / "directory-eval.log", quick=options.quick).result
