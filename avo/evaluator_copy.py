@@ -185,7 +185,7 @@ def copy_folder(root: Path, module: str | None) -> str | None:
     return root.name if root.is_dir() else ""
 
 
-def fresh_runtime(spec: TargetSpec, private: Path, label: str, *, sandbox: str = "auto") -> Runtime:
+def fresh_runtime(spec: TargetSpec, private: Path, label: str, *, sandbox: str | None = None) -> Runtime:
     """A runtime for evaluating outside a run (verify, the conformance suites): a new copy
     of the evaluator as installed now, in ``private``."""
     from avo.evaluation import Runtime
@@ -196,5 +196,5 @@ def fresh_runtime(spec: TargetSpec, private: Path, label: str, *, sandbox: str =
     hashes = hash_tree(root, exclude)
     copy = prepare(private, root, hashes, module=package)
     check(copy, package, hashes, runtime_hashes(module is not None))
-    level, _ = resolve_level(sandbox)
+    level, _ = resolve_level(sandbox or os.environ.get("AVO_SANDBOX", "").strip() or "auto")
     return Runtime(copy, package, module, spec.provider if module else None, level, private / "eval" / label)
