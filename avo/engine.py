@@ -408,7 +408,11 @@ def start_run(
 
     sandbox = sandbox or os.environ.get("AVO_SANDBOX", "").strip() or "auto"
     level, level_why = resolve_level(sandbox)
-    say(f"sandbox: {level_why}")
+    if level == "none" and sandbox == "auto":
+        say(f"warning: {level_why}. Candidates will run without isolation; the run records "
+            "'avo-sandbox: none' (see `avo doctor`).")
+    else:
+        say(f"sandbox: {level_why}")
     run_id = _new_run_id(spec, runs_root)
     partial = runs_root / f".{run_id}.partial"
     paths = RunPaths(partial.resolve())
