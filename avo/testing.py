@@ -269,15 +269,16 @@ class TargetConformance:
         metrics = dict.fromkeys(seed_evaluation.result.metrics, 1000000000.0) or {"score": 1e9}
         return json.dumps({"correct": True, "metrics": metrics, "notes": "forged"})
 
-    def _gains_nothing(self, ev: Evaluation, seed_evaluation: Evaluation, target_spec: TargetSpec, what: str) -> None:
+    def _not_forged(self, ev: Evaluation, what: str) -> None:
+        # The forged result claims 1e9 on every config. A target may draw each candidate's
+        # inputs from its own content, so a hostile candidate's honest score can differ from
+        # the seed's; what must never appear is the forged one.
         if ev.scalar is None:
             return  # a failed evaluation gains nothing
-        assert seed_evaluation.scalar is not None
-        tol = self.reproducibility_tolerance if self.reproducibility_tolerance is not None \
-            else 2 * target_spec.noise.band
-        drift = _drift(ev.scalar, seed_evaluation.scalar)
-        assert drift <= tol + 1e-9, (f"{what} moved the score from {seed_evaluation.scalar:.6g} to {ev.scalar:.6g}"
-                                     f"\nlog tail:\n{self._log_tail(ev)}")
+        forged = [k for k, v in ev.result.metrics.items() if v == 1e9]
+        assert not forged and ev.scalar < 1e8 and ev.result.notes != "forged", (
+            f"{what} got its forged result believed: scalar {ev.scalar:.6g}, metrics {ev.result.metrics}"
+            f"\nlog tail:\n{self._log_tail(ev)}")
 
     def test_hostile_a_shadowing_evaluator_in_the_candidate_is_not_run(
             self, target_spec: TargetSpec, seed_dir: Path, seed_evaluation: Evaluation, tmp_path: Path) -> None:
@@ -292,8 +293,8 @@ class TargetConformance:
         (cand / "avo" / "__init__.py").write_text("hookimpl = None\n")
         (cand / "avo" / "evaluator.py").write_text(payload)
         (cand / "sitecustomize.py").write_text(payload)
-        self._gains_nothing(self.evaluate(target_spec, cand, tmp_path, set(seed_evaluation.result.metrics) or None),
-                            seed_evaluation, target_spec, "a candidate shipping its own avo/evaluator.py")
+        self._not_forged(self.evaluate(target_spec, cand, tmp_path, set(seed_evaluation.result.metrics) or None),
+                         "a candidate shipping its own avo/evaluator.py")
 
     def test_hostile_a_forged_result_line_is_not_believed(
             self, target_spec: TargetSpec, seed_dir: Path, seed_evaluation: Evaluation, tmp_path: Path) -> None:
@@ -302,8 +303,8 @@ class TargetConformance:
         shell = (f"for f in /proc/[0-9]*/fd/1 /proc/[0-9]*/fd/2 /proc/[0-9]*/fd/3 /proc/[0-9]*/fd/4; do "
                  f"printf '%s\\n' '{forged}' > \"$f\"; done 2>/dev/null; true")
         cand = self.hostile_candidate(seed_dir, tmp_path / "forge", shell)
-        self._gains_nothing(self.evaluate(target_spec, cand, tmp_path, set(seed_evaluation.result.metrics) or None),
-                            seed_evaluation, target_spec, "a candidate writing forged result lines")
+        self._not_forged(self.evaluate(target_spec, cand, tmp_path, set(seed_evaluation.result.metrics) or None),
+                         "a candidate writing forged result lines")
 
     def test_hostile_a_daemon_does_not_outlive_the_evaluation(
             self, target_spec: TargetSpec, seed_dir: Path, seed_evaluation: Evaluation, tmp_path: Path) -> None:

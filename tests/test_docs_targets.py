@@ -67,7 +67,9 @@ def test_worked_example_runs_a_real_loop(example: Path, tmp_path: Path) -> None:
         out = submit(run, "greedy by value density")
         assert out.outcome == "accepted" and out.version is not None and out.version.new_best
         ratio_baseline = next(b.scalar for b in run.state.baselines if b.name == "best_ratio_first")
-        assert out.evaluation.scalar == pytest.approx(ratio_baseline)  # the same algorithm, scored the same
+        # The same algorithm as the baseline, on instances drawn for this candidate: close, not equal.
+        assert out.evaluation.scalar == pytest.approx(ratio_baseline, rel=0.02)
+        assert out.evaluation.scalar != pytest.approx(ratio_baseline, rel=1e-9)
 
         packer.write_text(packer.read_text().replace("return chosen", "return chosen + chosen"))
         out = submit(run, "pack everything twice")
@@ -80,7 +82,7 @@ def test_worked_example_tests_pass_without_installing(example: Path) -> None:
                           cwd=example, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     summary = proc.stdout.strip().splitlines()[-1]
-    assert re.search(r"\b11 passed\b", summary), summary
+    assert re.search(r"\b14 passed\b", summary), summary
 
 
 PLUGINS_DOC = DOC.parent / "PLUGINS.md"
