@@ -13,6 +13,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from avo.errors import AvoError
 from avo.evaluation import baselines_payload
 from avo.models import EvalOptions
 
@@ -25,24 +26,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
 
-    from avo.plugins import find_target, get_plugin_manager
+    from avo.plugins import call_target_hook, find_target
 
     log_dir = os.environ.get("AVO_LOG_DIR")
     options = EvalOptions(quick=args.quick, log_dir=Path(log_dir) if log_dir else None)
     try:
         spec = find_target(args.target)
-        hook = get_plugin_manager().hook
         if args.baselines:
-            results = hook.avo_baselines(target=spec, options=options)
+            results = call_target_hook(spec, "avo_baselines", options=options)
             print(baselines_payload(results or {}), flush=True)
             return 0
         if args.workdir is None:
             parser.error("--workdir is required unless --baselines")
-        result = hook.avo_evaluate(target=spec, workdir=args.workdir.resolve(), options=options)
-        if result is None:
-            raise RuntimeError(f"no installed plugin evaluates target {spec.name!r}")
+        result = call_target_hook(spec, "avo_evaluate", workdir=args.workdir.resolve(), options=options)
         print(result.model_dump_json(exclude_none=True), flush=True)
         return 0
+    except AvoError as exc:  # names the plugin and what it did (raised, or returned the wrong type)
+        traceback.print_exc()
+        print(json.dumps({"correct": False, "metrics": {}, "error": str(exc)}), flush=True)
+        return 1
     except Exception as exc:
         traceback.print_exc()
         print(json.dumps({"correct": False, "metrics": {},
