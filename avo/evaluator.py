@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
 
-    from avo.plugins import call_target_hook, find_target
+    from avo.plugins import PluginError, call_target_hook, find_target
 
     log_dir = os.environ.get("AVO_LOG_DIR")
     options = EvalOptions(quick=args.quick, log_dir=Path(log_dir) if log_dir else None)
@@ -41,9 +41,10 @@ def main(argv: list[str] | None = None) -> int:
         result = call_target_hook(spec, "avo_evaluate", workdir=args.workdir.resolve(), options=options)
         print(result.model_dump_json(exclude_none=True), flush=True)
         return 0
-    except AvoError as exc:  # names the plugin and what it did (raised, or returned the wrong type)
+    except AvoError as exc:  # a PluginError names the plugin and what it did (raised, returned the wrong type)
         traceback.print_exc()
-        print(json.dumps({"correct": False, "metrics": {}, "error": str(exc)}), flush=True)
+        error = str(exc) if isinstance(exc, PluginError) else f"the evaluator failed: {exc}"
+        print(json.dumps({"correct": False, "metrics": {}, "error": error}), flush=True)
         return 1
     except Exception as exc:
         traceback.print_exc()

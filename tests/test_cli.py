@@ -93,7 +93,7 @@ def test_cli_listings(core_plugins: None, toy: Path, monkeypatch) -> None:  # ty
     code, out = avo("targets")
     assert code == 0 and "toy" in out and "directory" in out
     code, out = avo("plugins", "--json")
-    assert any(p["name"] == "directory" and p["distribution"] == "avo" for p in json.loads(out))
+    assert any(p["name"] == "directory" and p["distribution"] == "avo-core" for p in json.loads(out))
     code, out = avo("doctor")
     assert "git: git version" in out and "Python 3." in out and "target toy: ready" in out
 

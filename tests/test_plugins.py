@@ -95,7 +95,7 @@ def test_entry_point_plugin_is_discovered_and_listed(third_party: Path) -> None:
     result = CliRunner().invoke(app, ["plugins"], catch_exceptions=False)
     assert "avo-target-wordle" in result.output and "1.2.3" in result.output and "wordle" in result.output
     core = next(r for r in plugins.plugin_records() if r.name == "directory")
-    assert core.distribution == "avo"
+    assert core.distribution == "avo-core"
 
 
 def test_entry_point_plugin_runs_a_real_loop(third_party: Path, runs_root: Path) -> None:
