@@ -133,13 +133,17 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
         seen.add((canonical(dist), ep.value))
         eps.append((ep, dist, version))
     eps.sort(key=lambda e: (not is_core(e[1]), e[0].name, canonical(e[1])))
+    def off(ep: metadata.EntryPoint, dist: str) -> bool:
+        return bool({canonical(ep.name), canonical(dist), canonical(f"{dist}:{ep.name}")} & disabled)
+
     users: dict[str, list[str]] = {}
     for ep, dist, _ in eps:
-        users.setdefault(ep.name, []).append(dist)
+        if not off(ep, dist):
+            users.setdefault(ep.name, []).append(dist)
     for ep, dist, version in eps:
         # Two distributions may pick the same entry-point name; both load, the non-core
         # ones under "distribution:name", so neither hides the other.
-        shared = len(users[ep.name]) > 1
+        shared = len(users.get(ep.name, [])) > 1
         name = f"{canonical(dist)}:{ep.name}" if shared and not is_core(dist) else ep.name
         record = PluginRecord(name, dist, version, ep.value, entry_point=ep.name)
         if shared:
@@ -147,7 +151,7 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
             record.problems.append(f"entry-point name {ep.name!r} is also used by {others}; "
                                    f"this one is registered as {name!r}")
         _records[name] = record
-        if {canonical(ep.name), canonical(name), canonical(dist)} & disabled:
+        if off(ep, dist):
             record.disabled = True
             continue
         try:
@@ -296,10 +300,13 @@ def _call_provider(provider: str, hook: str, kwargs: dict[str, Any], what: str) 
 
 
 def _target_provider(spec: TargetSpec) -> str:
-    if spec.provider:
+    pm = get_plugin_manager()
+    if spec.provider and pm.get_plugin(spec.provider) is not None:
         return spec.provider
     if spec.directory is not None:
         return "directory"
+    # Not stamped, or stamped by a plugin registered under another name since (a run made
+    # before another distribution took the same entry-point name): look the name up again.
     provider = find_target(spec.name).provider
     assert provider is not None  # announced specs are always stamped
     return provider
@@ -329,7 +336,7 @@ def call_backend_hook(backend: BackendInfo | str, hook: str, **kwargs: Any) -> A
     :raises PluginError: the plugin raised, returned the wrong type, or lacks the hook.
     """
     info = find_backend(backend) if isinstance(backend, str) else backend
-    if not info.provider:
+    if not info.provider or get_plugin_manager().get_plugin(info.provider) is None:
         info = find_backend(info.name)
     assert info.provider is not None
     return _call_provider(info.provider, hook, {"backend": info.name, **kwargs}, f"backend {info.name!r}")
