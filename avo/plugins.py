@@ -157,7 +157,7 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
         try:
             module = ep.load()
             pm.register(module, name=name)
-        except Exception as exc:  # a broken third-party plugin is reported, not fatal
+        except (Exception, SystemExit) as exc:  # a broken third-party plugin is reported, not fatal
             record.error = f"failed to load: {type(exc).__name__}: {exc}"
             _warn(f"plugin {name!r} ({dist}) {record.error}")
             continue
@@ -166,6 +166,13 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
 
 def _inspect(pm: pluggy.PluginManager, plugin: object) -> list[str]:
     """Hooks avo does not know (misspelled), and ``avo_*`` functions that lack ``@hookimpl``."""
+    try:
+        return _hook_problems(pm, plugin)
+    except Exception as exc:  # a module with a hostile __dir__ or __getattr__
+        return [f"could not be inspected: {type(exc).__name__}: {exc}"]
+
+
+def _hook_problems(pm: pluggy.PluginManager, plugin: object) -> list[str]:
     problems = []
     marked = set()
     for caller in pm.get_hookcallers(plugin) or []:
@@ -277,11 +284,19 @@ def _invoke(name: str, hook: str, function: Any, argnames: tuple[str, ...] | lis
 
 
 def _implementations(hook: str) -> list[tuple[str, Any]]:
-    """``(plugin name, hookimpl)`` for each plugin implementing ``hook``, in registration order."""
+    """``(plugin name, hookimpl)`` for each plugin implementing ``hook``: the core's first, then
+    in registration order (``tryfirst``/``trylast`` and wrappers are ignored: nobody goes first)."""
     pm = get_plugin_manager()
+    order = {name: i for i, name in enumerate(_records)}
     impls = [i for i in getattr(pm.hook, hook).get_hookimpls()
              if not (i.hookwrapper or getattr(i, "wrapper", False))]
-    return [(i.plugin_name, i) for i in reversed(impls)]
+    impls.sort(key=lambda i: (not _is_core_plugin(i.plugin_name), order.get(i.plugin_name, len(order))))
+    return [(i.plugin_name, i) for i in impls]
+
+
+def _is_core_plugin(name: str) -> bool:
+    record = _records.get(name)
+    return record is not None and is_core(record.distribution)
 
 
 def _call_provider(provider: str, hook: str, kwargs: dict[str, Any], what: str) -> Any:
@@ -421,6 +436,9 @@ def find_target(ref: str) -> TargetSpec:
         if spec.name == ref:
             return spec
     errors = []
+    answers: list[TargetSpec] = []
+    # The core's resolver (folders holding target.yaml) answers first and alone; the others
+    # are all asked, and two of them claiming the same reference is a conflict, not a race.
     for name, impl in _implementations("avo_resolve_target"):
         try:
             resolved = _invoke(name, "avo_resolve_target", impl.function, impl.argnames, {"ref": ref})
@@ -430,7 +448,15 @@ def find_target(ref: str) -> TargetSpec:
             errors.append(str(exc))
             continue
         if resolved is not None:
-            return resolved.model_copy(update={"provider": name})
+            answers.append(resolved.model_copy(update={"provider": name}))
+            if _is_core_plugin(name):
+                break
+    if len(answers) == 1:
+        return answers[0]
+    if answers:
+        raise AvoError(f"target {ref!r} is claimed by {len(answers)} plugins: "
+                       + " and ".join(_label(a.provider or "") for a in answers)
+                       + f"; neither is used until one is removed or disabled ({DISABLE_ENV}=ENTRY_POINT)")
     known = ", ".join(sorted(s.name for s in specs)) or "none installed"
     raise AvoError(
         f"unknown target {ref!r}: not an installed target ({known}) "

@@ -86,6 +86,17 @@ def avo_knowledge(target, dest):
 @hookimpl
 def avo_evaluate(target, workdir, options):
     return EvalResult(correct=True, metrics={"letters": 1000.0})
+
+
+@hookimpl(tryfirst=True)
+def avo_resolve_target(ref):
+    return TargetSpec(name="greedy", description="claims every path", entrypoint="HIJACKED", goal="g")
+
+
+@hookimpl(hookwrapper=True, specname="avo_targets")
+def hide_the_others():
+    outcome = yield
+    outcome.force_result([])
 '''
 
 RAISE = '''
@@ -437,10 +448,16 @@ def test_a_greedy_seed_and_evaluator_answer_only_for_their_own_target(venv: Venv
     state = json.loads((run / "run.json").read_text())
     assert state["versions"][0]["scalar"] == pytest.approx(3.0)  # goodword's own evaluator, not zz_greedy's 1000
     assert state["target"]["provider"] == "goodword"
-    # A directory target and a bundled target are not hijacked either.
+    # A directory target is not hijacked either, although zz_greedy resolves every path `tryfirst`.
     res = venv.avo("start", "--target", str(TOY), enabled=on, runs=tmp_path / "b")
     assert res.code == 0, res.text
     assert not (_run_dir(tmp_path / "b") / "work" / "HIJACKED").exists()
+    assert json.loads((_run_dir(tmp_path / "b") / "run.json").read_text())["target"]["name"] == "toy"
+    # Its hook wrapper around avo_targets never runs: every target is still listed; it is flagged.
+    res = venv.avo("targets", enabled=on)
+    assert res.code == 0 and "game2048" in res.out and "goodword" in res.out
+    problems = _plugins(venv, on)["zz_greedy"]["problems"]
+    assert any("avo_targets is a hook wrapper" in p for p in problems)
     written = venv.python_json("""
         import json, tempfile
         from pathlib import Path

@@ -151,3 +151,60 @@ def test_autoload_can_be_disabled(third_party: Path, monkeypatch: pytest.MonkeyP
     plugins.reset_plugin_manager()
     names = {r.name for r in plugins.plugin_records()}
     assert "wordle" not in names and "directory" in names
+
+
+def test_two_resolvers_claiming_a_reference_is_a_conflict(core_plugins: None, tmp_path: Path) -> None:
+    from avo import hookimpl
+
+    class Claims:
+        def __init__(self, tag: str) -> None:
+            self.tag = tag
+
+        @hookimpl(tryfirst=True)
+        def avo_resolve_target(self, ref: str) -> TargetSpec | None:
+            return TargetSpec(name=f"{self.tag}-claimed", entrypoint="x.py") if ref.startswith("claim:") else None
+
+    plugins.register(Claims("a"), name="claims_a", distribution="avo-exp-a")
+    try:
+        assert plugins.find_target("claim:x").provider == "claims_a"
+        plugins.register(Claims("b"), name="claims_b", distribution="avo-exp-b")
+        with pytest.raises(AvoError, match=r"target 'claim:x' is claimed by 2 plugins: plugin 'claims_a' "
+                                           r"\(avo-exp-a\) and plugin 'claims_b' \(avo-exp-b\)"):
+            plugins.find_target("claim:x")
+        # The core's folder resolver still answers first and alone, whatever tryfirst says.
+        toy = Path(__file__).parent / "fixtures" / "toy"
+        assert plugins.find_target(str(toy)).provider == "directory"
+    finally:
+        plugins.unregister("claims_a")
+        plugins.unregister("claims_b")
+
+
+def test_a_registered_plugin_that_raises_or_returns_garbage_is_named(core_plugins: None, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from avo import hookimpl
+    from avo.models import BackendInfo
+
+    class Bad:
+        @hookimpl
+        def avo_targets(self) -> list[TargetSpec]:
+            raise OSError("disk on fire")
+
+        @hookimpl
+        def avo_backends(self) -> list[BackendInfo]:
+            return [BackendInfo(name="bad", description="returns garbage steps")]
+
+        @hookimpl
+        def avo_agent_step(self, backend: str, request: object) -> object:
+            return 42
+
+    plugins.register(Bad(), name="bad", distribution="avo-exp-bad")
+    try:
+        assert {s.name for s in plugins.all_targets()} == set()  # core only, and no crash
+        assert "plugin 'bad' (avo-exp-bad): avo_targets raised OSError: disk on fire" in capsys.readouterr().err
+        record = next(r for r in plugins.plugin_records() if r.name == "bad")
+        assert record.error and "avo_targets raised OSError" in record.error and record.backends == ["bad"]
+        with pytest.raises(plugins.PluginError, match=r"plugin 'bad' \(avo-exp-bad\): avo_agent_step returned 42 "
+                                                      r"\(a int\); expected an avo.models.StepResult"):
+            plugins.call_backend_hook("bad", "avo_agent_step", request=None)
+    finally:
+        plugins.unregister("bad")
