@@ -18,6 +18,7 @@ Set ``AVO_DISABLE_PLUGIN_AUTOLOAD=1`` to load only the core's built-ins.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import inspect
@@ -155,7 +156,8 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
             record.disabled = True
             continue
         try:
-            module = ep.load()
+            with contextlib.redirect_stdout(sys.stderr):  # stdout may be JSON (--json, the MCP stream)
+                module = ep.load()
             pm.register(module, name=name)
         except (Exception, SystemExit) as exc:  # a broken third-party plugin is reported, not fatal
             record.error = f"failed to load: {type(exc).__name__}: {exc}"
@@ -361,8 +363,9 @@ def call_backend_hook(backend: BackendInfo | str, hook: str, **kwargs: Any) -> A
 
 def _fail(name: str, message: str) -> None:
     record = _records.get(name)
-    if record is not None and message not in (record.error or ""):
-        record.error = f"{record.error}; {message}" if record.error else message
+    short = message.removeprefix(f"{_label(name)}: ")  # the record already says which plugin
+    if record is not None and short not in (record.error or ""):
+        record.error = f"{record.error}; {short}" if record.error else short
     _warn(f"{message}; skipped (see `avo plugins`)")
 
 
@@ -370,7 +373,8 @@ def _announced(hook: str) -> list[Any]:
     items: list[Any] = []
     for name, impl in _implementations(hook):
         try:
-            found = _invoke(name, hook, impl.function, impl.argnames, {}) or []
+            with contextlib.redirect_stdout(sys.stderr):
+                found = _invoke(name, hook, impl.function, impl.argnames, {}) or []
         except PluginError as exc:
             _fail(name, str(exc))
             continue
@@ -397,10 +401,10 @@ def _conflicts(kind: str, items: list[Any]) -> tuple[list[Any], dict[str, str]]:
                                   f"entry point {record.entry_point} = {record.module})")
             dists = sorted({(_records[i.provider].distribution if i.provider in _records else str(i.provider))
                             for i in group})
+            removable = " or ".join(d for d in dists if not is_core(d)) or dists[0]
             messages[name] = (
                 f"{kind} {name!r} is announced {len(group)} times: by {' and by '.join(owners)}. Neither is used "
-                f"until one is removed (pip uninstall {' or '.join(d for d in dists if not is_core(d)) or dists[0]}) "
-                f"or disabled ({DISABLE_ENV}=ENTRY_POINT)")
+                f"until one is removed (pip uninstall {removable}) or disabled ({DISABLE_ENV}={removable.split()[0]})")
     return usable, messages
 
 
@@ -441,7 +445,8 @@ def find_target(ref: str) -> TargetSpec:
     # are all asked, and two of them claiming the same reference is a conflict, not a race.
     for name, impl in _implementations("avo_resolve_target"):
         try:
-            resolved = _invoke(name, "avo_resolve_target", impl.function, impl.argnames, {"ref": ref})
+            with contextlib.redirect_stdout(sys.stderr):
+                resolved = _invoke(name, "avo_resolve_target", impl.function, impl.argnames, {"ref": ref})
         except PluginError as exc:
             if exc.deliberate:
                 raise

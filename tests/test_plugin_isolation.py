@@ -164,9 +164,12 @@ import sys
 
 from avo import hookimpl
 
+print("zz_boom is loading")  # on stdout, where `--json` output goes
+
 
 @hookimpl
 def avo_targets():
+    print("zz_boom announces")
     raise RuntimeError("boom in avo_targets")
 
 
@@ -539,6 +542,8 @@ def test_broken_announce_hooks_mark_the_plugin_failed_and_nothing_else(venv: Ven
     assert res.code == 0 and "mock" in res.out and "classic" in res.out
     assert "plugin 'zz_boom' (avo-exp-boom): avo_backends returned {'name': 'boomb'} (a dict)" in res.err
     assert "expected a list of avo.models.BackendInfo" in res.err
+    listed = json.loads(venv.avo("targets", "--json", enabled=on).out)  # the plugin's prints went to stderr
+    assert "game2048" in {t["name"] for t in listed}
     boom = _plugins(venv, on)["zz_boom"]
     assert "avo_targets raised RuntimeError" in str(boom["error"])
     assert "avo_backends returned" in str(boom["error"])

@@ -103,11 +103,11 @@ def register(app: typer.Typer) -> None:
 
         problems = 0
 
-        def line(ok: bool, what: str, fix: str = "") -> None:
+        def line(ok: bool, what: str, fix: str = "", bad: str = "MISSING") -> None:
             nonlocal problems
             if not ok:
                 problems += 1
-            mark = "[green]ok[/]  " if ok else "[red]MISSING[/]"
+            mark = "[green]ok[/]  " if ok else f"[red]{bad}[/]"
             out.print(f"{mark} {what}" + (f"\n        fix: {fix}" if fix and not ok else ""), markup=True)
 
         v = sys.version_info
@@ -124,6 +124,7 @@ def register(app: typer.Typer) -> None:
         line(foreign is None, f"distribution: {CORE_DISTRIBUTION}" if foreign is None else foreign.split(";")[0],
              foreign.split("Fix: ")[-1] if foreign else "")
         with user_errors():
+            seen: set[str] = set()
             for r in plugin_records():
                 if r.disabled:
                     out.print(f"[yellow]--[/]   plugin {r.name} ({r.distribution}): disabled by $AVO_DISABLE_PLUGINS",
@@ -131,10 +132,17 @@ def register(app: typer.Typer) -> None:
                     continue
                 if r.error:
                     line(False, f"plugin {r.name} ({r.distribution}): {r.error}",
-                         f"fix or uninstall it: pip uninstall {r.distribution}")
+                         f"fix the plugin (or tell its author), or uninstall it: pip uninstall {r.distribution}",
+                         bad="FAILED ")
                 for problem in r.problems:
+                    if " is announced " in problem:  # a conflict: said once, for both sides
+                        if problem not in seen:
+                            seen.add(problem)
+                            line(False, problem, "uninstall or disable one of them (see above)", bad="CONFLICT")
+                        continue
                     line(False, f"plugin {r.name} ({r.distribution}): {problem}",
-                         "fix the plugin, or uninstall or disable one side of a conflict")
+                         f"fix the plugin (or tell its author), or uninstall it: pip uninstall {r.distribution}",
+                         bad="PROBLEM")
             specs, conflicts = announced_targets()
             for spec in specs:
                 if target and spec.name != target:
