@@ -34,30 +34,18 @@ PLUGIN = textwrap.dedent(
         return [SPEC]
 
 
-    def _mine(target):
-        return target.name == SPEC.name
-
-
     @hookimpl
-    def avo_seed(target, dest):
-        if not _mine(target):
-            return None
+    def avo_seed(target, dest):  # only ever called for wordle: no "is this mine?" check
         (Path(dest) / "word.txt").write_text("aaaaaaa\\n")
-        return True
 
 
     @hookimpl
     def avo_knowledge(target, dest):
-        if not _mine(target):
-            return None
         (Path(dest) / "about.md").write_text("# About\\nLetters count position by position.\\n")
-        return True
 
 
     @hookimpl
     def avo_evaluate(target, workdir, options):
-        if not _mine(target):
-            return None
         word = (Path(workdir) / "word.txt").read_text().strip()
         if len(word) != len(GOAL):
             return EvalResult(correct=False, error=f"word must have {len(GOAL)} letters")
