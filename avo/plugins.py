@@ -45,7 +45,8 @@ _OPTIONAL: dict[str, Any] = {"avo_knowledge": None, "avo_baselines": None}
 
 __all__ = [
     "CORE_DISTRIBUTION", "GROUP", "PluginError", "PluginRecord", "all_backends", "all_targets",
-    "announced_backends", "announced_targets", "call_backend_hook", "call_target_hook", "find_backend",
+    "announced_backends", "announced_targets", "call_backend_hook", "call_module_hook", "call_target_hook",
+    "find_backend",
     "find_target", "get_plugin_manager", "plugin_module_dir", "plugin_records", "register",
     "reset_plugin_manager", "unregister",
 ]
@@ -225,6 +226,11 @@ def _label(name: str) -> str:
     return f"plugin {name!r} ({record.distribution if record else '(registered)'})"
 
 
+def _distribution(name: str) -> str:
+    record = _records.get(name)
+    return record.distribution if record else "(registered)"
+
+
 @functools.cache
 def _expected(hook: str) -> tuple[str, Any]:
     """What ``hook`` must return, in words, and the pydantic adapter that checks it."""
@@ -253,7 +259,7 @@ def _shown(value: Any) -> str:
     return f"{text} (a {type(value).__name__})"
 
 
-def _validate(hook: str, value: Any, name: str) -> Any:
+def _validate(hook: str, value: Any, name: str, label: str) -> Any:
     from pydantic import ValidationError
 
     what, adapter = _expected(hook)
@@ -263,26 +269,45 @@ def _validate(hook: str, value: Any, name: str) -> Any:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise PluginError(f"{_label(name)}: {hook} returned {_shown(value)}; expected {what} "
+        raise PluginError(f"{label}: {hook} returned {_shown(value)}; expected {what} "
                           f"({where}: {first['msg']}{more})", plugin=name, hook=hook) from None
 
 
 def _invoke(name: str, hook: str, function: Any, argnames: tuple[str, ...] | list[str],
-            kwargs: dict[str, Any]) -> Any:
+            kwargs: dict[str, Any], distribution: str | None = None) -> Any:
     """Call one implementation with the arguments it takes; guard the call and check the result."""
+    distribution = distribution or _distribution(name)
+    label = f"plugin {name!r} ({distribution})"
     try:
         value = function(*[kwargs[a] for a in argnames])
     except KeyboardInterrupt:
         raise
     except AvoError as exc:
-        record = _records.get(name)
-        if record is not None and is_core(record.distribution):
+        if is_core(distribution):
             raise  # the core's built-ins already word their errors for the user
-        raise PluginError(f"{_label(name)}: {hook}: {exc}", plugin=name, hook=hook, deliberate=True) from exc
+        raise PluginError(f"{label}: {hook}: {exc}", plugin=name, hook=hook, deliberate=True) from exc
     except (Exception, SystemExit) as exc:  # a plugin's bug (or its sys.exit) must not take avo down
-        raise PluginError(f"{_label(name)}: {hook} raised {type(exc).__name__}: {exc}",
-                          plugin=name, hook=hook) from exc
-    return _validate(hook, value, name)
+        raise PluginError(f"{label}: {hook} raised {type(exc).__name__}: {exc}", plugin=name, hook=hook) from exc
+    return _validate(hook, value, name, label)
+
+
+def call_module_hook(module: object, hook: str, *, plugin: str, distribution: str, **kwargs: Any) -> Any:
+    """Call ``hook`` of one plugin object that was imported without the plugin manager (an
+    evaluator child that loads only the target's own plugin), guarded and validated as
+    :func:`call_target_hook` does.
+
+    :param plugin: the plugin's (entry-point) name and ``distribution`` its distribution,
+        both for the error messages.
+    :raises PluginError: no such ``@hookimpl``, the call raised, or the result is the wrong type.
+    """
+    function = getattr(module, hook, None)
+    if function is None or not hasattr(function, f"{GROUP}_impl"):
+        if hook in _OPTIONAL:
+            return _OPTIONAL[hook]
+        raise PluginError(f"plugin {plugin!r} ({distribution}) does not implement {hook}", plugin=plugin, hook=hook)
+    argnames = [p.name for p in inspect.signature(function).parameters.values()
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return _invoke(plugin, hook, function, argnames, kwargs, distribution)
 
 
 def _implementations(hook: str) -> list[tuple[str, Any]]:

@@ -196,3 +196,29 @@ def test_a_registered_plugin_that_raises_or_returns_garbage_is_named(core_plugin
             plugins.call_backend_hook("bad", "avo_agent_step", request=None)
     finally:
         plugins.unregister("bad")
+
+
+def test_call_module_hook_guards_a_plugin_loaded_on_its_own(tmp_path: Path) -> None:
+    from avo import hookimpl
+    from avo.models import EvalOptions
+
+    module = type(sys)("avo_exp_alone")
+
+    @hookimpl
+    def avo_evaluate(target: TargetSpec, workdir: Path) -> object:  # takes fewer arguments than the spec
+        return {"correct": True, "metrics": {"x": 1.5}} if workdir.name == "ok" else {"scalar": 1}
+
+    module.avo_evaluate = avo_evaluate  # type: ignore[attr-defined]
+    spec = TargetSpec(name="alone", entrypoint="x.py", provider="alone")
+    call = plugins.call_module_hook
+    result = call(module, "avo_evaluate", plugin="alone", distribution="avo-exp-alone", target=spec,
+                  workdir=tmp_path / "ok", options=EvalOptions())
+    assert result.metrics == {"x": 1.5}
+    with pytest.raises(plugins.PluginError, match=r"plugin 'alone' \(avo-exp-alone\): avo_evaluate returned "
+                                                  r"\{'scalar': 1\} \(a dict\); expected an avo.models.EvalResult"):
+        call(module, "avo_evaluate", plugin="alone", distribution="avo-exp-alone", target=spec,
+             workdir=tmp_path / "bad", options=EvalOptions())
+    with pytest.raises(plugins.PluginError, match=r"plugin 'alone' \(avo-exp-alone\) does not implement avo_seed"):
+        call(module, "avo_seed", plugin="alone", distribution="avo-exp-alone", target=spec, dest=tmp_path)
+    assert call(module, "avo_baselines", plugin="alone", distribution="avo-exp-alone", target=spec,
+                options=EvalOptions()) is None
