@@ -135,6 +135,7 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
         seen.add((canonical(dist), ep.value))
         eps.append((ep, dist, version))
     eps.sort(key=lambda e: (not is_core(e[1]), e[0].name, canonical(e[1])))
+
     def off(ep: metadata.EntryPoint, dist: str) -> bool:
         return bool({canonical(ep.name), canonical(dist), canonical(f"{dist}:{ep.name}")} & disabled)
 
@@ -159,6 +160,14 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
         try:
             with contextlib.redirect_stdout(sys.stderr):  # stdout may be JSON (--json, the MCP stream)
                 module = ep.load()
+            owner = pm.get_name(module) if pm.is_registered(module) else None
+            if owner is not None:  # another distribution's entry point names the same module
+                record.error = (f"its entry point {ep.name} = {ep.value} names a module that plugin {owner!r} "
+                                f"({_distribution(owner)}) already provides; skipped")
+                _records[owner].problems.append(f"its module is also claimed by distribution {dist} "
+                                                f"(entry point {ep.name} = {ep.value})")
+                _warn(f"plugin {name!r} ({dist}): {record.error}")
+                continue
             pm.register(module, name=name)
         except (Exception, SystemExit) as exc:  # a broken third-party plugin is reported, not fatal
             record.error = f"failed to load: {type(exc).__name__}: {exc}"

@@ -274,6 +274,7 @@ PACKAGES: dict[str, tuple[str, str, str]] = {
     "avo-exp-boom": ("zz_boom", "avo_exp_boom", BOOM),
     "avo-exp-dicts": ("zz_dicts", "avo_exp_dicts", DICTS),
     "avo-exp-typo": ("zz_typo", "avo_exp_typo", TYPO),
+    "avo-exp-alias": ("aaa_alias", "avo_exp_good", ""),  # names another distribution's module
 }
 
 
@@ -335,7 +336,8 @@ def _write_package(root: Path, dist: str, ep: str | None, module: str, source: s
                    version: str = "0.1.0", summary: str = "", requires: tuple[str, ...] = ("avo-core",)) -> Path:
     pkg = root / dist
     pkg.mkdir(parents=True)
-    (pkg / f"{module}.py").write_text(textwrap.dedent(source).lstrip())
+    if source:
+        (pkg / f"{module}.py").write_text(textwrap.dedent(source).lstrip())
     (pkg / "_fixture_backend.py").write_text(BACKEND)
     (pkg / "fixture.json").write_text(json.dumps({
         "name": dist, "version": version, "summary": summary, "module": module, "requires": list(requires),
@@ -531,6 +533,17 @@ def test_a_duplicate_target_name_is_an_error_naming_both(venv: Venv, tmp_path: P
     res = venv.avo("targets", enabled=on)
     assert res.code == 0 and "game2048" in res.out and "dup_own" in res.out
     assert "conflict" in res.err
+
+
+def test_an_entry_point_naming_another_distributions_module_is_reported(venv: Venv, tmp_path: Path) -> None:
+    on = ("avo-exp-good", "avo-exp-alias")
+    records = _plugins(venv, on)
+    assert "names a module that plugin 'aaa_alias' (avo-exp-alias) already provides" in str(records["goodword"]["error"])
+    assert any("also claimed by distribution avo-exp-good" in p for p in records["aaa_alias"]["problems"])
+    res = venv.avo("start", "--target", "goodword", enabled=on, runs=tmp_path / "a")  # the module itself still works
+    assert res.code == 0, res.text
+    res = venv.avo("doctor", enabled=on)
+    assert res.code == 1 and "already provides" in res.out
 
 
 def test_broken_announce_hooks_mark_the_plugin_failed_and_nothing_else(venv: Venv, tmp_path: Path) -> None:
