@@ -41,7 +41,9 @@ def avo_targets() -> list[TargetSpec]:
     """Announce the targets this plugin serves.
 
     Called for ``avo targets`` and whenever a target is looked up by name. Keep it cheap:
-    no heavy imports, no measurements.
+    no heavy imports, no measurements. A name another plugin announces too is a conflict:
+    neither is used. Raising, or returning anything but a list of specs, marks the plugin
+    failed in ``avo plugins`` and skips what it announced.
 
     :return: a list of :class:`avo.models.TargetSpec` (name, description, entrypoint,
         direction, timeouts, goal, limits, noise band, requirements).
@@ -113,7 +115,8 @@ def avo_backends() -> list[BackendInfo]:
     """Announce the agent backends this plugin provides for ``avo evolve``.
 
     Say whether each can run here (a CLI on PATH, a key in the environment) without
-    ever printing the key itself.
+    ever printing the key itself. As for :func:`avo_targets`, a name announced twice is a
+    conflict and a failing announcement is skipped.
     """
 
 
