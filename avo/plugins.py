@@ -125,7 +125,12 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
     disabled = _disabled()
     seen: set[tuple[str, str]] = set()
     eps: list[tuple[metadata.EntryPoint, str, str]] = []
-    for ep in metadata.entry_points(group=GROUP):
+    try:
+        found = list(metadata.entry_points(group=GROUP))
+    except Exception as exc:  # an unreadable entry_points.txt somewhere on sys.path
+        _warn(f"cannot read the installed entry points: {type(exc).__name__}: {exc}")
+        found = []
+    for ep in found:
         dist = ep.dist.name if ep.dist is not None else "?"
         version = ep.dist.version if ep.dist is not None else "?"
         if core_only and not is_core(dist):
@@ -169,7 +174,9 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
                 _warn(f"plugin {name!r} ({dist}): {record.error}")
                 continue
             pm.register(module, name=name)
-        except (Exception, SystemExit) as exc:  # a broken third-party plugin is reported, not fatal
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # a broken third-party plugin (even one calling sys.exit) is reported
             record.error = f"failed to load: {type(exc).__name__}: {exc}"
             _warn(f"plugin {name!r} ({dist}) {record.error}")
             continue
@@ -295,7 +302,7 @@ def _invoke(name: str, hook: str, function: Any, argnames: tuple[str, ...] | lis
         if is_core(distribution):
             raise  # the core's built-ins already word their errors for the user
         raise PluginError(f"{label}: {hook}: {exc}", plugin=name, hook=hook, deliberate=True) from exc
-    except (Exception, SystemExit) as exc:  # a plugin's bug (or its sys.exit) must not take avo down
+    except BaseException as exc:  # a plugin's bug (or its sys.exit) must not take avo down
         raise PluginError(f"{label}: {hook} raised {type(exc).__name__}: {exc}", plugin=name, hook=hook) from exc
     return _validate(hook, value, name, label)
 
