@@ -133,6 +133,10 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
     for ep in found:
         dist = ep.dist.name if ep.dist is not None else "?"
         version = ep.dist.version if ep.dist is not None else "?"
+        if canonical(dist) == "avo" and ep.value.startswith("avo.builtin."):
+            # This core, installed before it was renamed (`avo doctor` says to reinstall it):
+            # the same built-ins as avo-core's, not a second copy of them.
+            dist = CORE_DISTRIBUTION
         if core_only and not is_core(dist):
             continue
         if (canonical(dist), ep.value) in seen:  # the same distribution seen twice on sys.path

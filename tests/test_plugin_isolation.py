@@ -333,7 +333,8 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 
 
 def _write_package(root: Path, dist: str, ep: str | None, module: str, source: str, *,
-                   version: str = "0.1.0", summary: str = "", requires: tuple[str, ...] = ("avo-core",)) -> Path:
+                   version: str = "0.1.0", summary: str = "", requires: tuple[str, ...] = ("avo-core",),
+                   entry_points: dict[str, str] | None = None) -> Path:
     pkg = root / dist
     pkg.mkdir(parents=True)
     if source:
@@ -341,7 +342,7 @@ def _write_package(root: Path, dist: str, ep: str | None, module: str, source: s
     (pkg / "_fixture_backend.py").write_text(BACKEND)
     (pkg / "fixture.json").write_text(json.dumps({
         "name": dist, "version": version, "summary": summary, "module": module, "requires": list(requires),
-        "entry_points": {ep: module} if ep else {}}))
+        "entry_points": entry_points if entry_points is not None else {ep: module} if ep else {}}))
     (pkg / "pyproject.toml").write_text(textwrap.dedent(f"""
         [build-system]
         requires = []
@@ -666,3 +667,29 @@ def test_a_foreign_avo_distribution_is_detected(tmp_path: Path) -> None:
     helped = subprocess.run([str(python), "-m", "avo", "--help"], env=env, capture_output=True, text=True,
                             timeout=300, cwd=tmp_path)
     assert helped.returncode == 0 and "unrelated distribution named 'avo'" in helped.stderr
+
+
+def test_the_core_installed_under_its_former_name_is_not_a_second_core(tmp_path: Path) -> None:
+    # What a checkout installed before the rename leaves behind: an `avo` .dist-info whose entry
+    # points are the core's built-ins. They are the same plugins, not a conflict; doctor says to clean up.
+    python = _make_venv(tmp_path / "venv")
+    pkg = _write_package(tmp_path / "src", "avo", None, "avo_former_stub", "", summary="AVO: Agentic Variation "
+                         "Operators (the former name)", requires=(), entry_points={
+                             "directory": "avo.builtin.directory_target", "mock": "avo.builtin.mock_backend"})
+    _pip_install(python, [pkg])
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "AVO_DISABLE_PLUGINS")}
+    env["COLUMNS"] = "250"
+    listed = subprocess.run([str(python), "-m", "avo", "plugins", "--json"], env=env, capture_output=True,
+                            text=True, timeout=300, cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    records = json.loads(listed.stdout)
+    assert [r["name"] for r in records].count("mock") == 1
+    assert all(not r["error"] and not r["problems"] for r in records if r["name"] in ("directory", "mock"))
+    env["AVO_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    backends = subprocess.run([str(python), "-m", "avo", "backends", "--json"], env=env, capture_output=True,
+                              text=True, timeout=300, cwd=tmp_path)
+    assert [b["name"] for b in json.loads(backends.stdout)] == ["mock"]
+    doctor = subprocess.run([str(python), "-m", "avo", "doctor"], env=env, capture_output=True, text=True,
+                            timeout=300, cwd=tmp_path)
+    text = " ".join((doctor.stdout + doctor.stderr).split())
+    assert doctor.returncode == 1 and "an old install of this tool under its former distribution name 'avo'" in text
