@@ -68,7 +68,8 @@ from avo.models import EvalResult, TargetSpec
 
 @hookimpl
 def avo_targets():
-    return [TargetSpec(name="greedy", description="greedy", entrypoint="HIJACKED", goal="g")]
+    # It even claims to be another plugin: avo stamps the announcing plugin's name over it.
+    return [TargetSpec(name="greedy", description="greedy", entrypoint="HIJACKED", goal="g", provider="goodword")]
 
 
 @hookimpl
@@ -473,10 +474,11 @@ def test_a_greedy_seed_and_evaluator_answer_only_for_their_own_target(venv: Venv
         print(json.dumps(sorted(p.name for p in dest.iterdir())))
         """, enabled=on)
     assert written == ["agent.py"]
-    # Its own target still gets its own hooks.
+    # Its own target still gets its own hooks, whatever provider it claimed.
     res = venv.avo("start", "--target", "greedy", enabled=on, runs=tmp_path / "c")
     assert res.code == 0, res.text
     assert (_run_dir(tmp_path / "c") / "work" / "HIJACKED").is_file()
+    assert json.loads((_run_dir(tmp_path / "c") / "run.json").read_text())["target"]["provider"] == "zz_greedy"
 
 
 def test_an_evaluator_that_raises_breaks_only_its_own_target(venv: Venv, tmp_path: Path) -> None:
