@@ -241,14 +241,13 @@ def unregister(name: str) -> None:
 
 # -- calling plugins -----------------------------------------------------------------------
 
-def _label(name: str) -> str:
-    record = _records.get(name)
-    return f"plugin {name!r} ({record.distribution if record else '(registered)'})"
-
-
 def _distribution(name: str) -> str:
     record = _records.get(name)
     return record.distribution if record else "(registered)"
+
+
+def _label(name: str) -> str:
+    return f"plugin {name!r} ({_distribution(name)})"
 
 
 @functools.cache
