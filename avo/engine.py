@@ -375,7 +375,7 @@ def start_run(
     sandbox: str | None = None,
 ) -> Run:
     """Create a run: seed, KB, evaluate x_0 (the gate must pass), baselines, commit ``v0``."""
-    from avo.plugins import find_target, get_plugin_manager
+    from avo.plugins import call_target_hook, find_target
 
     say = progress or (lambda msg: None)
     source: Run | None = None
@@ -418,17 +418,15 @@ def start_run(
     paths = RunPaths(partial.resolve())
     for d in (paths.work, paths.kb, paths.rejected, paths.supervisor, paths.logs, paths.private):
         d.mkdir(parents=True)
-    hook = get_plugin_manager().hook
     if source is not None and source_version is not None:
         source.lineage.export(source_version.sha, paths.work)
         shutil.rmtree(paths.work / META_DIR, ignore_errors=True)
         origin = f"{source.state.id}:v{source_version.n}"
         say(f"seeded from {origin}")
     else:
-        if hook.avo_seed(target=spec, dest=paths.work) is None:
-            raise AvoError(f"no installed plugin writes the seed of target {spec.name!r}")
+        call_target_hook(spec, "avo_seed", dest=paths.work)
         origin = None
-    hook.avo_knowledge(target=spec, dest=paths.kb)
+    call_target_hook(spec, "avo_knowledge", dest=paths.kb)
     paths.notes.write_text(NOTES_TEMPLATE)
     options = RunOptions(
         max_steps=max_steps, quick=quick, failure_limit=failure_limit,

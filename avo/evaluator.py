@@ -17,9 +17,9 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
 
-from avo.models import EvalOptions, EvalResult, TargetSpec
+from avo.errors import AvoError
+from avo.models import EvalOptions, TargetSpec
 
 
 def _send(fd: int, line: str) -> None:
@@ -29,37 +29,24 @@ def _send(fd: int, line: str) -> None:
 
 
 def _evaluate(args: argparse.Namespace) -> str:
-    import pluggy
-
-    from avo import hookspecs
+    from avo.plugins import call_module_hook
 
     spec = TargetSpec.model_validate_json(Path(args.spec).read_text())
     module = importlib.import_module(args.module)
-    pm = pluggy.PluginManager("avo")
-    pm.add_hookspecs(hookspecs)
-    pm.register(module, name=args.plugin)
+    where = {"plugin": args.plugin, "distribution": f"{args.module}, copied for this run"}
     log_dir = os.environ.get("AVO_LOG_DIR")
     options = EvalOptions(quick=args.quick, log_dir=Path(log_dir) if log_dir else None,
                           secret=os.environ.pop("AVO_EVAL_SECRET", None) or None)
     if args.baselines:
         from avo.evaluation import baselines_payload
 
-        results = pm.hook.avo_baselines(target=spec, options=options) or {}
-        return baselines_payload({k: _validated(v, f"avo_baselines()[{k!r}]") for k, v in results.items()})
+        results = call_module_hook(module, "avo_baselines", target=spec, options=options, **where)
+        return baselines_payload(results or {})
     if args.workdir is None:
         raise ValueError("--workdir is required unless --baselines")
-    result = pm.hook.avo_evaluate(target=spec, workdir=Path(args.workdir).resolve(), options=options)
-    if result is None:
-        raise RuntimeError(f"plugin {args.plugin!r} returned no result for target {spec.name!r}")
-    return _validated(result, "avo_evaluate").model_dump_json(exclude_none=True)
-
-
-def _validated(value: Any, hook: str) -> EvalResult:
-    if isinstance(value, EvalResult):
-        return value
-    if isinstance(value, dict):
-        return EvalResult.model_validate(value)
-    raise TypeError(f"{hook} returned {type(value).__name__}, expected an EvalResult")
+    result = call_module_hook(module, "avo_evaluate", target=spec, workdir=Path(args.workdir).resolve(),
+                              options=options, **where)
+    return str(result.model_dump_json(exclude_none=True))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         line = _evaluate(args)
         code = 0
+    except AvoError as exc:  # a PluginError names the plugin and what it did (raised, returned the wrong type)
+        traceback.print_exc()
+        line = json.dumps({"correct": False, "metrics": {}, "error": str(exc)})
+        code = 1
     except Exception as exc:
         traceback.print_exc()
         line = json.dumps({"correct": False, "metrics": {},

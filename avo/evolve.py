@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from avo.contract import better, gain
 from avo.engine import Run, record_redirect, recover, revert, submit, write_brief
 from avo.errors import AvoError, BlockedError
-from avo.models import StepRequest, StepResult, SupervisorBrief
+from avo.models import BackendInfo, StepRequest, StepResult, SupervisorBrief
 from avo.state import RunState, append_trajectory, load_state, read_trajectory, run_lock, save_state
 
 STEP_KINDS = ("submit", "agent_step")  # trajectory records that count as a step taken
@@ -152,6 +152,8 @@ class EvolveSummary:
     best_version: int
     best_scalar: float
     spend: float
+    #: stopped because the backend failed too many steps in a row
+    backend_failed: bool = False
 
 
 @dataclass
@@ -284,13 +286,12 @@ def _bounded(timeout: float, progress: Progress) -> float:
 
 def evolve(run: Run, config: EvolveConfig, reporter: Reporter | None = None) -> EvolveSummary:
     """Run steps until a budget is spent, the user interrupts, or something fails for good."""
-    from avo.plugins import find_backend, get_plugin_manager
+    from avo.plugins import find_backend
 
     info = find_backend(config.backend)
     if not info.available:
         needs = f"; it needs: {', '.join(info.needs)}" if info.needs else ""
         raise AvoError(f"backend {config.backend!r} cannot run here: {info.reason or 'not available'}{needs}")
-    hook = get_plugin_manager().hook
     report = reporter or NullReporter()
     notes = _prepare(run, config)
     progress = make_progress(run, config)
@@ -299,6 +300,7 @@ def evolve(run: Run, config: EvolveConfig, reporter: Reporter | None = None) -> 
     report.handle("start", progress, {"notes": notes})
     taken = 0
     backend_errors = 0
+    backend_failed = False
     in_flight: _InFlight | None = None
     interrupted = False
     try:
@@ -310,13 +312,13 @@ def evolve(run: Run, config: EvolveConfig, reporter: Reporter | None = None) -> 
                 break
             if run.state.supervisor.due:
                 in_flight = _InFlight("supervisor", progress.attempt, run.state.steps + 1)
-                _supervise(run, config, hook, progress, report)
+                _supervise(run, config, info, progress, report)
                 in_flight = None
                 continue
             attempt = progress.attempt + 1
             step = run.state.steps + 1
             in_flight = _InFlight("agent", attempt, step)
-            event = _step(run, config, hook, progress, report, in_flight)
+            event = _step(run, config, info, progress, report, in_flight)
             in_flight = None
             taken += 1
             progress.attempt = attempt
@@ -329,6 +331,7 @@ def evolve(run: Run, config: EvolveConfig, reporter: Reporter | None = None) -> 
             backend_errors = backend_errors + 1 if event.outcome == "error" else 0
             if backend_errors >= BACKEND_ERROR_LIMIT:
                 reason = f"the backend failed {backend_errors} steps in a row (last: {event.reason})"
+                backend_failed = True
                 break
     except KeyboardInterrupt:
         interrupted = True
@@ -347,7 +350,7 @@ def evolve(run: Run, config: EvolveConfig, reporter: Reporter | None = None) -> 
                                   "steps_taken": taken, "spend_usd": round(progress.spend, 6)})
     report.handle("stop", progress, {"reason": reason})
     return EvolveSummary(run.state.id, reason, interrupted, taken, progress.best_version, progress.best_scalar,
-                         progress.spend)
+                         progress.spend, backend_failed)
 
 
 def _usage(result: StepResult, wall: float, config: EvolveConfig, attempt: int) -> dict[str, Any]:
@@ -367,8 +370,9 @@ def _usage(result: StepResult, wall: float, config: EvolveConfig, attempt: int) 
     return usage
 
 
-def _step(run: Run, config: EvolveConfig, hook: Any, progress: Progress, report: Reporter,
+def _step(run: Run, config: EvolveConfig, info: BackendInfo, progress: Progress, report: Reporter,
           in_flight: _InFlight) -> StepEvent:
+    from avo.plugins import PluginError, call_backend_hook
     from avo.prompts import variation_prompt
 
     paths, state = run.paths, run.state
@@ -384,13 +388,11 @@ def _step(run: Run, config: EvolveConfig, hook: Any, progress: Progress, report:
     report.handle("step_begin", progress, {"attempt": attempt, "step": step})
     started = time.monotonic()
     try:
-        result = hook.avo_agent_step(backend=config.backend, request=request)
-    except (AvoError, KeyboardInterrupt):
-        raise
-    except Exception as exc:  # a backend bug is a failed step, not a dead run
-        result = StepResult(status="error", error=f"the backend raised {type(exc).__name__}: {exc}")
-    if result is None:
-        raise AvoError(f"no installed plugin ran a step for backend {config.backend!r}")
+        result = call_backend_hook(info, "avo_agent_step", request=request)
+    except PluginError as exc:  # a backend bug or a malformed result is a failed step, not a dead run
+        if exc.deliberate:
+            raise
+        result = StepResult(status="error", error=str(exc))
     wall = result.wall_s if result.wall_s > 0 else time.monotonic() - started
     usage = _usage(result, wall, config, attempt)
     progress.spend += result.cost_usd
@@ -431,7 +433,9 @@ def _step(run: Run, config: EvolveConfig, hook: Any, progress: Progress, report:
     return event
 
 
-def _supervise(run: Run, config: EvolveConfig, hook: Any, progress: Progress, report: Reporter) -> None:
+def _supervise(run: Run, config: EvolveConfig, info: BackendInfo, progress: Progress, report: Reporter) -> None:
+    from avo.plugins import call_backend_hook
+
     paths = run.paths
     reason = run.state.supervisor.reason or "a review was requested"
     progress.activity = f"supervisor: {reason}"
@@ -442,9 +446,7 @@ def _supervise(run: Run, config: EvolveConfig, hook: Any, progress: Progress, re
                             timeout=_bounded(config.supervisor_timeout, progress),
                             log_path=paths.logs / f"supervisor-{n:03d}.log", model=config.model,
                             base_url=config.base_url, options=dict(config.options))
-    answer = hook.avo_supervise(backend=config.backend, brief=brief)
-    if answer is None:
-        raise AvoError(f"backend {config.backend!r} did not answer the supervisor brief {path}")
+    answer = call_backend_hook(info, "avo_supervise", brief=brief)
     if not answer.redirect.strip():
         raise AvoError(f"backend {config.backend!r} answered the supervisor brief with an empty redirect")
     usage = {"input_tokens": answer.input_tokens, "output_tokens": answer.output_tokens,

@@ -6,7 +6,10 @@ A plugin is a module registered under the ``avo`` entry-point group::
     foo = "avo_target_foo"
 
 and implements any of these with ``@avo.hookimpl``. Hooks keyed by a target or backend
-are ``firstresult``: return ``None`` for names that are not yours.
+(``target=`` or ``backend=``) are called only on the plugin that announced that name in
+``avo_targets``/``avo_backends`` (see :func:`avo.plugins.call_target_hook`), so an
+implementation never sees another plugin's names and needs no "is this mine?" check.
+What a hook returns is validated against the model named in its signature.
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ def avo_targets() -> list[TargetSpec]:
     """Announce the targets this plugin serves.
 
     Called for ``avo targets`` and whenever a target is looked up by name. Keep it cheap:
-    no heavy imports, no measurements.
+    no heavy imports, no measurements. A name another plugin announces too is a conflict:
+    neither is used. Raising, or returning anything but a list of specs, marks the plugin
+    failed in ``avo plugins`` and skips what it announced.
 
     :return: a list of :class:`avo.models.TargetSpec` (name, description, entrypoint,
         direction, timeouts, goal, limits, noise band, requirements).
@@ -58,21 +63,21 @@ def avo_resolve_target(ref: str) -> TargetSpec | None:
 
 @hookspec(firstresult=True)
 def avo_seed(target: TargetSpec, dest: Path) -> bool | None:
-    """Write the seed program x_0 into the empty directory ``dest``.
+    """Write the seed program x_0 into the empty directory ``dest`` (required for a target).
 
-    :param target: the spec of the target being started.
+    :param target: the spec of one of your targets, as you announced it.
     :param dest: an existing, empty directory (the run's ``work/``).
-    :return: ``True`` once written; ``None`` if ``target`` is not yours.
+    :return: nothing (``True`` is accepted too); writing no file at all is an error.
     """
 
 
 @hookspec(firstresult=True)
 def avo_knowledge(target: TargetSpec, dest: Path) -> bool | None:
-    """Write the knowledge base K (documents the agent may read) into ``dest``.
+    """Write the knowledge base K (documents the agent may read) into ``dest`` (optional).
 
-    :param target: the spec of the target being started.
+    :param target: the spec of one of your targets.
     :param dest: an existing, empty directory (the run's ``kb/``).
-    :return: ``True`` once written; ``None`` if ``target`` is not yours.
+    :return: nothing (``True`` is accepted too).
     """
 
 
@@ -86,10 +91,11 @@ def avo_evaluate(target: TargetSpec, workdir: Path, options: EvalOptions) -> Eva
     ``EvalResult(correct=False, error=...)`` with a message that tells the agent what went
     wrong; raising is also a failed evaluation, but a less helpful one.
 
-    :param target: the spec of the target.
+    :param target: the spec of one of your targets.
     :param workdir: a directory holding the candidate; treat it as untrusted code.
     :param options: ``quick`` for a cheaper smoke evaluation, ``log_dir`` for full logs.
-    :return: the result, or ``None`` if ``target`` is not yours.
+    :return: an :class:`avo.models.EvalResult` (anything else is a failed evaluation that
+        says what was returned).
     """
 
 
@@ -100,7 +106,7 @@ def avo_baselines(target: TargetSpec, options: EvalOptions) -> dict[str, EvalRes
     Shown to the agent and drawn as horizontal lines in plots.
 
     :return: ``{baseline name: result}`` with the same metric keys as ``avo_evaluate``,
-        or ``None`` if ``target`` is not yours or has no baselines.
+        or ``None`` when the target has no baselines.
     """
 
 
@@ -109,7 +115,8 @@ def avo_backends() -> list[BackendInfo]:
     """Announce the agent backends this plugin provides for ``avo evolve``.
 
     Say whether each can run here (a CLI on PATH, a key in the environment) without
-    ever printing the key itself.
+    ever printing the key itself. As for :func:`avo_targets`, a name announced twice is a
+    conflict and a failing announcement is skipped.
     """
 
 
@@ -120,9 +127,10 @@ def avo_agent_step(backend: str, request: StepRequest) -> StepResult | None:
     The backend does not commit, tag or judge: when it returns, avo evaluates what is in
     the work tree and applies the commit policy. Honour ``request.timeout``.
 
-    :param backend: the backend name the user chose; return ``None`` if not yours.
+    :param backend: the name of one of your backends (the one the user chose).
     :param request: prompt, paths, step number, timeout, model and options.
-    :return: status, a one-line message (used as the commit message), usage and cost.
+    :return: an :class:`avo.models.StepResult`: status, a one-line message (used as the
+        commit message), usage and cost. Anything else is recorded as an error step.
     """
 
 
@@ -133,7 +141,7 @@ def avo_supervise(backend: str, brief: SupervisorBrief) -> SupervisorAnswer | No
     The redirect is injected into exactly one following variation prompt. The supervisor
     reviews; it should not edit the work tree.
 
-    :param backend: the backend name; return ``None`` if not yours.
+    :param backend: the name of one of your backends.
     :param brief: the review prompt and why the run stalled.
-    :return: the redirect text and usage.
+    :return: an :class:`avo.models.SupervisorAnswer`: the redirect text and usage.
     """

@@ -15,6 +15,9 @@ So the plugin must be importable by the child: installed, or made visible with a
 ``.dist-info`` folder on ``PYTHONPATH`` (see docs/TARGETS.md).
 
 :class:`BackendConformance` does the same for ``avo_backends`` / ``avo_agent_step``.
+Both also check, for free, that the plugin's names collide with no other installed plugin's
+and that every hook it implements is one avo knows (:func:`assert_no_collisions`,
+:func:`assert_plugin_healthy`).
 
 This module imports pytest; it is for test suites, and the CLI never imports it.
 """
@@ -46,13 +49,17 @@ _UNCLEAN = {
     "evaluator was killed by": "a crash",
     "could not start the evaluator": "an evaluator that does not start",
     "the evaluator raised": "an exception escaping avo_evaluate",
+    "avo_evaluate raised": "an exception escaping avo_evaluate",
+    "avo_evaluate returned": "a malformed result",
+    "the evaluator failed": "an evaluator that does not start",
 }
+_RAISED = ("the evaluator raised", "avo_evaluate raised")
 
 
 def _unclean(error: str, allow_raise: bool = False) -> str | None:
     """Why a failed evaluation was not a clean failure (``None`` when it was)."""
     for marker, why in _UNCLEAN.items():
-        if marker in error and not (allow_raise and marker == "the evaluator raised"):
+        if marker in error and not (allow_raise and marker in _RAISED):
             return why
     return None
 
@@ -109,11 +116,10 @@ class TargetConformance:
     @classmethod
     def seed_dir(cls, target_spec: TargetSpec, tmp_path_factory: pytest.TempPathFactory) -> Path:
         """x_0 as ``avo_seed`` writes it (a fresh copy per class; do not modify)."""
-        from avo.plugins import get_plugin_manager
+        from avo.plugins import call_target_hook
 
         dest = tmp_path_factory.mktemp("conformance-seed")
-        written = get_plugin_manager().hook.avo_seed(target=target_spec, dest=dest)
-        assert written is not None, f"no plugin's avo_seed answered for target {target_spec.name!r}"
+        call_target_hook(target_spec, "avo_seed", dest=dest)
         return dest
 
     @pytest.fixture(scope="class")
@@ -167,12 +173,18 @@ class TargetConformance:
 
     def test_knowledge_writes_documents(self, target_spec: TargetSpec,
                                         tmp_path_factory: pytest.TempPathFactory) -> None:
-        from avo.plugins import get_plugin_manager
+        from avo.plugins import call_target_hook
 
         dest = tmp_path_factory.mktemp("conformance-kb")
-        get_plugin_manager().hook.avo_knowledge(target=target_spec, dest=dest)
+        call_target_hook(target_spec, "avo_knowledge", dest=dest)
         docs = [p for p in dest.rglob("*") if p.is_file() and p.stat().st_size > 0]
         assert docs, "avo_knowledge wrote no document into the knowledge base"
+
+    def test_names_do_not_collide(self, target_spec: TargetSpec) -> None:
+        assert_no_collisions(target_spec.provider or "")
+
+    def test_hooks_are_all_known(self, target_spec: TargetSpec) -> None:
+        assert_plugin_healthy(target_spec.provider or "")
 
     # -- evaluation -------------------------------------------------------------------------
 
@@ -354,15 +366,9 @@ class BackendConformance:
             pytest.fail(f"{cls.__name__} must set `backend = 'name'`")
         return find_backend(cls.backend)
 
-    def _plugin(self, info: BackendInfo) -> Any:
-        from avo.plugins import get_plugin_manager
-
-        plugin = get_plugin_manager().get_plugin(info.provider or "")
-        assert plugin is not None, f"the plugin {info.provider!r} that announced {info.name!r} is not registered"
-        return plugin
-
     def step_request(self, work: Path, run_dir: Path) -> StepRequest:
-        """A minimal request over a scratch work tree."""
+        """A minimal request over a scratch work tree (its log folder is created)."""
+        (run_dir / "logs").mkdir(parents=True, exist_ok=True)
         spec = TargetSpec.model_validate({"name": "conformance", "description": "backend conformance",
                                           "entrypoint": "NOTES.txt", "goal": "say hello"})
         return StepRequest(run_dir=run_dir, work_dir=work, prompt=self.step_prompt, step=1,
@@ -370,7 +376,8 @@ class BackendConformance:
                            options=dict(self.step_options))
 
     def supervisor_brief(self, run_dir: Path) -> SupervisorBrief:
-        """A minimal stall review."""
+        """A minimal stall review (its log folder is created)."""
+        (run_dir / "logs").mkdir(parents=True, exist_ok=True)
         return SupervisorBrief(run_dir=run_dir, prompt="The run stalled. Suggest two distinct directions.",
                                reason="stalled: 3 steps without a new best", timeout=self.step_timeout,
                                log_path=run_dir / "logs" / "supervisor.log", options=dict(self.step_options))
@@ -389,40 +396,59 @@ class BackendConformance:
         if not backend_info.available:
             assert backend_info.reason, "an unavailable backend must say why (never printing a secret)"
 
-    def test_answers_none_for_other_backends(self, backend_info: BackendInfo, tmp_path: Path) -> None:
-        plugin = self._plugin(backend_info)
-        other = f"not-{self.backend}"
-        assert hasattr(plugin, "avo_agent_step"), "a backend plugin must implement avo_agent_step"
-        assert plugin.avo_agent_step(backend=other, request=self.step_request(tmp_path, tmp_path)) is None, (
-            "avo_agent_step must return None for a backend name that is not yours")
-        if hasattr(plugin, "avo_supervise"):
-            assert plugin.avo_supervise(backend=other, brief=self.supervisor_brief(tmp_path)) is None, (
-                "avo_supervise must return None for a backend name that is not yours")
+    def test_names_do_not_collide(self, backend_info: BackendInfo) -> None:
+        assert_no_collisions(backend_info.provider or "")
+
+    def test_hooks_are_all_known(self, backend_info: BackendInfo) -> None:
+        assert_plugin_healthy(backend_info.provider or "")
+        from avo.plugins import plugin_records
+
+        record = next(r for r in plugin_records() if r.name == backend_info.provider)
+        assert "avo_agent_step" in record.hooks, "a backend plugin must implement avo_agent_step"
 
     def test_step_returns_a_step_result(self, backend_info: BackendInfo, tmp_path: Path) -> None:
         self._should_run(backend_info)
-        from avo.plugins import get_plugin_manager
+        from avo.plugins import call_backend_hook
 
         work, run_dir = tmp_path / "work", tmp_path / "run"
         work.mkdir()
-        (run_dir / "logs").mkdir(parents=True)
-        result = get_plugin_manager().hook.avo_agent_step(backend=self.backend,
-                                                          request=self.step_request(work, run_dir))
+        result = call_backend_hook(backend_info, "avo_agent_step", request=self.step_request(work, run_dir))
         assert isinstance(result, StepResult), f"avo_agent_step({self.backend!r}) returned {result!r}"
         assert result.status == "ok", f"the step ended {result.status}: {result.error}"
         assert result.input_tokens >= 0 and result.output_tokens >= 0 and result.cost_usd >= 0
 
     def test_supervise_returns_a_redirect(self, backend_info: BackendInfo, tmp_path: Path) -> None:
         self._should_run(backend_info)
-        from avo.plugins import get_plugin_manager
+        from avo.plugins import call_backend_hook, plugin_records
 
-        if not hasattr(self._plugin(backend_info), "avo_supervise"):
+        record = next(r for r in plugin_records() if r.name == backend_info.provider)
+        if "avo_supervise" not in record.hooks:
             pytest.skip(f"backend {self.backend!r} does not implement avo_supervise")
-        (tmp_path / "logs").mkdir()
-        answer = get_plugin_manager().hook.avo_supervise(backend=self.backend,
-                                                         brief=self.supervisor_brief(tmp_path))
+        answer = call_backend_hook(backend_info, "avo_supervise", brief=self.supervisor_brief(tmp_path))
         assert isinstance(answer, SupervisorAnswer), f"avo_supervise({self.backend!r}) returned {answer!r}"
         assert answer.redirect.strip(), "the redirect is empty"
+
+
+def assert_no_collisions(plugin: str) -> None:
+    """Every target and backend name ``plugin`` announces is announced by no other installed plugin."""
+    from avo.plugins import plugin_records
+
+    record = next((r for r in plugin_records() if r.name == plugin), None)
+    assert record is not None, f"plugin {plugin!r} is not loaded"
+    conflicts = [p for p in record.problems if "is announced" in p]
+    assert not conflicts, "\n".join(conflicts)
+
+
+def assert_plugin_healthy(plugin: str) -> None:
+    """``plugin`` loaded, its announce hooks work, every hook it marks is a known avo hook, and
+    no function of it named ``avo_*`` lacks ``@avo.hookimpl``."""
+    from avo.plugins import plugin_records
+
+    record = next((r for r in plugin_records() if r.name == plugin), None)
+    assert record is not None, f"plugin {plugin!r} is not loaded"
+    assert record.error is None, f"plugin {plugin!r} ({record.distribution}) failed: {record.error}"
+    problems = [p for p in record.problems if "is announced" not in p]
+    assert not problems, f"plugin {plugin!r} ({record.distribution}): " + "; ".join(problems)
 
 
 @contextmanager

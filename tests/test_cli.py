@@ -57,6 +57,19 @@ def test_cli_session(toy: Path, runs_root: Path, core_plugins: None) -> None:
     assert run.name in out and "v1 =" in out
 
 
+def test_eval_exits_non_zero_on_fail(toy: Path, runs_root: Path, core_plugins: None) -> None:
+    code, _ = avo("start", "--target", str(toy), "--no-prompt")
+    assert code == 0
+    run = newest_run(runs_root)
+    (run / "work" / "solution.py").write_text("X = 1.0\nY = 1.0\n\ndef square(n):\n    return n + n\n")
+    code, out = avo("eval")
+    assert code == 1 and "FAIL" in out, out
+    code, out = avo("eval", "--json")
+    assert code == 1 and json.loads(out)["correct"] is False
+    proc = subprocess.run([str(run / "avo-eval")], capture_output=True, text=True, cwd="/")
+    assert proc.returncode == 1 and "FAIL" in proc.stdout, proc.stderr
+
+
 def test_cli_supervisor_blocks_prompt(toy: Path, runs_root: Path, core_plugins: None, tmp_path: Path) -> None:
     avo("start", "--target", str(toy), "--stall-limit", "1", "--no-prompt")
     run = newest_run(runs_root)
@@ -93,7 +106,7 @@ def test_cli_listings(core_plugins: None, toy: Path, monkeypatch) -> None:  # ty
     code, out = avo("targets")
     assert code == 0 and "toy" in out and "directory" in out
     code, out = avo("plugins", "--json")
-    assert any(p["name"] == "directory" and p["distribution"] == "avo" for p in json.loads(out))
+    assert any(p["name"] == "directory" and p["distribution"] == "avo-core" for p in json.loads(out))
     code, out = avo("doctor")
     assert "git: git version" in out and "Python 3." in out and "target toy: ready" in out
 

@@ -34,30 +34,18 @@ PLUGIN = textwrap.dedent(
         return [SPEC]
 
 
-    def _mine(target):
-        return target.name == SPEC.name
-
-
     @hookimpl
-    def avo_seed(target, dest):
-        if not _mine(target):
-            return None
+    def avo_seed(target, dest):  # only ever called for wordle: no "is this mine?" check
         (Path(dest) / "word.txt").write_text("aaaaaaa\\n")
-        return True
 
 
     @hookimpl
     def avo_knowledge(target, dest):
-        if not _mine(target):
-            return None
         (Path(dest) / "about.md").write_text("# About\\nLetters count position by position.\\n")
-        return True
 
 
     @hookimpl
     def avo_evaluate(target, workdir, options):
-        if not _mine(target):
-            return None
         word = (Path(workdir) / "word.txt").read_text().strip()
         if len(word) != len(GOAL):
             return EvalResult(correct=False, error=f"word must have {len(GOAL)} letters")
@@ -95,7 +83,7 @@ def test_entry_point_plugin_is_discovered_and_listed(third_party: Path) -> None:
     result = CliRunner().invoke(app, ["plugins"], catch_exceptions=False)
     assert "avo-target-wordle" in result.output and "1.2.3" in result.output and "wordle" in result.output
     core = next(r for r in plugins.plugin_records() if r.name == "directory")
-    assert core.distribution == "avo"
+    assert core.distribution == "avo-core"
 
 
 def test_entry_point_plugin_runs_a_real_loop(third_party: Path, runs_root: Path) -> None:
@@ -151,3 +139,86 @@ def test_autoload_can_be_disabled(third_party: Path, monkeypatch: pytest.MonkeyP
     plugins.reset_plugin_manager()
     names = {r.name for r in plugins.plugin_records()}
     assert "wordle" not in names and "directory" in names
+
+
+def test_two_resolvers_claiming_a_reference_is_a_conflict(core_plugins: None, tmp_path: Path) -> None:
+    from avo import hookimpl
+
+    class Claims:
+        def __init__(self, tag: str) -> None:
+            self.tag = tag
+
+        @hookimpl(tryfirst=True)
+        def avo_resolve_target(self, ref: str) -> TargetSpec | None:
+            return TargetSpec(name=f"{self.tag}-claimed", entrypoint="x.py") if ref.startswith("claim:") else None
+
+    plugins.register(Claims("a"), name="claims_a", distribution="avo-exp-a")
+    try:
+        assert plugins.find_target("claim:x").provider == "claims_a"
+        plugins.register(Claims("b"), name="claims_b", distribution="avo-exp-b")
+        with pytest.raises(AvoError, match=r"target 'claim:x' is claimed by 2 plugins: plugin 'claims_a' "
+                                           r"\(avo-exp-a\) and plugin 'claims_b' \(avo-exp-b\)"):
+            plugins.find_target("claim:x")
+        # The core's folder resolver still answers first and alone, whatever tryfirst says.
+        toy = Path(__file__).parent / "fixtures" / "toy"
+        assert plugins.find_target(str(toy)).provider == "directory"
+    finally:
+        plugins.unregister("claims_a")
+        plugins.unregister("claims_b")
+
+
+def test_a_registered_plugin_that_raises_or_returns_garbage_is_named(core_plugins: None, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from avo import hookimpl
+    from avo.models import BackendInfo
+
+    class Bad:
+        @hookimpl
+        def avo_targets(self) -> list[TargetSpec]:
+            raise OSError("disk on fire")
+
+        @hookimpl
+        def avo_backends(self) -> list[BackendInfo]:
+            return [BackendInfo(name="bad", description="returns garbage steps")]
+
+        @hookimpl
+        def avo_agent_step(self, backend: str, request: object) -> object:
+            return 42
+
+    plugins.register(Bad(), name="bad", distribution="avo-exp-bad")
+    try:
+        assert {s.name for s in plugins.all_targets()} == set()  # core only, and no crash
+        assert "plugin 'bad' (avo-exp-bad): avo_targets raised OSError: disk on fire" in capsys.readouterr().err
+        record = next(r for r in plugins.plugin_records() if r.name == "bad")
+        assert record.error and "avo_targets raised OSError" in record.error and record.backends == ["bad"]
+        with pytest.raises(plugins.PluginError, match=r"plugin 'bad' \(avo-exp-bad\): avo_agent_step returned 42 "
+                                                      r"\(a int\); expected an avo.models.StepResult"):
+            plugins.call_backend_hook("bad", "avo_agent_step", request=None)
+    finally:
+        plugins.unregister("bad")
+
+
+def test_call_module_hook_guards_a_plugin_loaded_on_its_own(tmp_path: Path) -> None:
+    from avo import hookimpl
+    from avo.models import EvalOptions
+
+    module = type(sys)("avo_exp_alone")
+
+    @hookimpl
+    def avo_evaluate(target: TargetSpec, workdir: Path) -> object:  # takes fewer arguments than the spec
+        return {"correct": True, "metrics": {"x": 1.5}} if workdir.name == "ok" else {"scalar": 1}
+
+    module.avo_evaluate = avo_evaluate  # type: ignore[attr-defined]
+    spec = TargetSpec(name="alone", entrypoint="x.py", provider="alone")
+    call = plugins.call_module_hook
+    result = call(module, "avo_evaluate", plugin="alone", distribution="avo-exp-alone", target=spec,
+                  workdir=tmp_path / "ok", options=EvalOptions())
+    assert result.metrics == {"x": 1.5}
+    with pytest.raises(plugins.PluginError, match=r"plugin 'alone' \(avo-exp-alone\): avo_evaluate returned "
+                                                  r"\{'scalar': 1\} \(a dict\); expected an avo.models.EvalResult"):
+        call(module, "avo_evaluate", plugin="alone", distribution="avo-exp-alone", target=spec,
+             workdir=tmp_path / "bad", options=EvalOptions())
+    with pytest.raises(plugins.PluginError, match=r"plugin 'alone' \(avo-exp-alone\) does not implement avo_seed"):
+        call(module, "avo_seed", plugin="alone", distribution="avo-exp-alone", target=spec, dest=tmp_path)
+    assert call(module, "avo_baselines", plugin="alone", distribution="avo-exp-alone", target=spec,
+                options=EvalOptions()) is None

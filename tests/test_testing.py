@@ -119,30 +119,37 @@ def test_backend_suite_runs_a_real_step(tmp_path: Path) -> None:
     assert (tmp_path / "work" / "NOTES.txt").read_text() == "hello\n"
 
 
-def test_backend_suite_catches_a_backend_that_answers_for_everyone(tmp_path: Path) -> None:
+def test_backend_suite_catches_a_colliding_and_misspelled_backend(core_plugins: None) -> None:
     from avo import hookimpl, plugins
     from avo.models import BackendInfo, StepRequest, StepResult
 
-    class Greedy:
+    class Clash:
         @hookimpl
         def avo_backends(self) -> list[BackendInfo]:
-            return [BackendInfo(name="greedy", description="answers every step")]
+            return [BackendInfo(name="clash", description="fine"), BackendInfo(name="mock", description="a 2nd mock")]
 
         @hookimpl
-        def avo_agent_step(self, backend: str, request: StepRequest) -> StepResult | None:
-            return StepResult(message="mine, whatever the name")
+        def avo_agent_stepp(self, backend: str, request: StepRequest) -> StepResult:
+            return StepResult(message="never called")
+
+        def avo_supervise(self, backend: str, brief: object) -> None:  # no @hookimpl
+            return None
 
     class Suite(BackendConformance):
-        backend = "greedy"
+        backend = "clash"
 
-    plugins.register(Greedy(), name="greedy")
+    plugins.register(Clash(), name="clash", distribution="avo-backend-clash")
     try:
-        info = plugins.find_backend("greedy")
+        info = plugins.find_backend("clash")
         Suite().test_announced_with_complete_info(info)
-        with pytest.raises(AssertionError, match="must return None for a backend name that is not yours"):
-            Suite().test_answers_none_for_other_backends(info, tmp_path)
+        with pytest.raises(AssertionError, match="backend 'mock' is announced 2 times"):
+            Suite().test_names_do_not_collide(info)
+        with pytest.raises(AssertionError, match=r"unknown hook avo_agent_stepp \(did you mean avo_agent_step\?\)"):
+            Suite().test_hooks_are_all_known(info)
+        with pytest.raises(AssertionError, match="function avo_supervise is not marked @avo.hookimpl"):
+            Suite().test_hooks_are_all_known(info)
     finally:
-        plugins.unregister("greedy")
+        plugins.unregister("clash")
 
 
 @pytest.mark.skipif(not __import__("avo.sandbox").sandbox.probe()[0], reason="needs a working bubblewrap")

@@ -69,34 +69,24 @@ def avo_targets() -> list[TargetSpec]:
 
 
 @hookimpl
-def avo_seed(target: TargetSpec, dest: Path) -> bool | None:
-    if target.name != NAME:
-        return None
+def avo_seed(target: TargetSpec, dest: Path) -> None:
     copy_contents(_package_dir("seed"), dest)
-    return True
 
 
 @hookimpl
-def avo_knowledge(target: TargetSpec, dest: Path) -> bool | None:
-    if target.name != NAME:
-        return None
+def avo_knowledge(target: TargetSpec, dest: Path) -> None:
     copy_contents(_package_dir("kb"), dest)
-    return True
 
 
 @hookimpl
-def avo_evaluate(target: TargetSpec, workdir: Path, options: EvalOptions) -> EvalResult | None:
-    if target.name != NAME:
-        return None
+def avo_evaluate(target: TargetSpec, workdir: Path, options: EvalOptions) -> EvalResult:
     from avo_target_attention_c.evaluate import evaluate
 
     return evaluate(workdir, options)
 
 
 @hookimpl
-def avo_baselines(target: TargetSpec, options: EvalOptions) -> dict[str, EvalResult] | None:
-    if target.name != NAME:
-        return None
+def avo_baselines(target: TargetSpec, options: EvalOptions) -> dict[str, EvalResult]:
     from avo_target_attention_c.evaluate import baselines
 
     return baselines(options)

@@ -68,34 +68,24 @@ def avo_targets() -> list[TargetSpec]:
 
 
 @hookimpl
-def avo_seed(target: TargetSpec, dest: Path) -> bool | None:
-    if target.name != NAME:
-        return None
+def avo_seed(target: TargetSpec, dest: Path) -> None:
     copy_contents(HERE / "seed", dest)
-    return True
 
 
 @hookimpl
-def avo_knowledge(target: TargetSpec, dest: Path) -> bool | None:
-    if target.name != NAME:
-        return None
+def avo_knowledge(target: TargetSpec, dest: Path) -> None:
     copy_contents(HERE / "kb", dest)
-    return True
 
 
 @hookimpl
-def avo_evaluate(target: TargetSpec, workdir: Path, options: EvalOptions) -> EvalResult | None:
-    if target.name != NAME:
-        return None
+def avo_evaluate(target: TargetSpec, workdir: Path, options: EvalOptions) -> EvalResult:
     from avo_target_attention_mlx.harness import evaluate_workdir
 
     return evaluate_workdir(workdir, quick=options.quick, seed=options.seed)
 
 
 @hookimpl
-def avo_baselines(target: TargetSpec, options: EvalOptions) -> dict[str, EvalResult] | None:
-    if target.name != NAME:
-        return None
+def avo_baselines(target: TargetSpec, options: EvalOptions) -> dict[str, EvalResult]:
     from avo_target_attention_mlx.baselines import measure_baselines
 
     return measure_baselines(quick=options.quick, seed=options.seed)

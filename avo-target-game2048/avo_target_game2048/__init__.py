@@ -72,39 +72,29 @@ def avo_targets() -> list[TargetSpec]:
 
 
 @hookimpl
-def avo_seed(target: TargetSpec, dest: Path) -> bool | None:
+def avo_seed(target: TargetSpec, dest: Path) -> None:
     """Write the weak seed player agent.py."""
-    if target.name != NAME:
-        return None
     shutil.copy2(SEED_DIR / "agent.py", dest / "agent.py")
-    return True
 
 
 @hookimpl
-def avo_knowledge(target: TargetSpec, dest: Path) -> bool | None:
+def avo_knowledge(target: TargetSpec, dest: Path) -> None:
     """Copy the knowledge base documents."""
-    if target.name != NAME:
-        return None
     for doc in sorted(KB_DIR.glob("*.md")):
         shutil.copy2(doc, dest / doc.name)
-    return True
 
 
 @hookimpl
-def avo_evaluate(target: TargetSpec, workdir: Path, options: EvalOptions) -> EvalResult | None:
+def avo_evaluate(target: TargetSpec, workdir: Path, options: EvalOptions) -> EvalResult:
     """Play the candidate's games through the pipe and score them."""
-    if target.name != NAME:
-        return None
     from avo_target_game2048.harness import Settings, evaluate_dir
 
     return evaluate_dir(workdir, Settings.from_options(options), options.log_dir)
 
 
 @hookimpl
-def avo_baselines(target: TargetSpec, options: EvalOptions) -> dict[str, EvalResult] | None:
+def avo_baselines(target: TargetSpec, options: EvalOptions) -> dict[str, EvalResult]:
     """Measure the reference players, each through the same pipe and budget as a candidate."""
-    if target.name != NAME:
-        return None
     from avo_target_game2048.baselines_run import measure_all
 
     return measure_all(options)

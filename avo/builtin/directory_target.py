@@ -174,10 +174,10 @@ def spec_from_folder(folder: Path) -> TargetSpec:
     )
 
 
-def _mine(target: TargetSpec) -> TargetFile | None:
-    if target.directory is None:
-        return None
-    return load_target_file(target.directory)
+def _folder(target: TargetSpec) -> tuple[Path, TargetFile]:
+    # avo sends this plugin only the specs it announced or resolved, which all have a folder.
+    assert target.directory is not None, f"target {target.name!r} is not a directory target"
+    return target.directory, load_target_file(target.directory)
 
 
 @hookimpl
@@ -208,28 +208,20 @@ def avo_resolve_target(ref: str) -> TargetSpec | None:
 
 
 @hookimpl
-def avo_seed(target: TargetSpec, dest: Path) -> bool | None:
-    tf = _mine(target)
-    if tf is None or target.directory is None:
-        return None
-    copy_contents(target.directory / tf.seed, dest)
-    return True
+def avo_seed(target: TargetSpec, dest: Path) -> None:
+    folder, tf = _folder(target)
+    copy_contents(folder / tf.seed, dest)
 
 
 @hookimpl
-def avo_knowledge(target: TargetSpec, dest: Path) -> bool | None:
-    tf = _mine(target)
-    if tf is None or target.directory is None:
-        return None
+def avo_knowledge(target: TargetSpec, dest: Path) -> None:
+    folder, tf = _folder(target)
     if tf.knowledge_base is not None:
-        copy_contents(target.directory / tf.knowledge_base, dest)
-    return True
+        copy_contents(folder / tf.knowledge_base, dest)
 
 
 @hookimpl
-def avo_evaluate(target: TargetSpec, workdir: Path, options: EvalOptions) -> EvalResult | None:
-    if target.directory is None:
-        return None
+def avo_evaluate(target: TargetSpec, workdir: Path, options: EvalOptions) -> EvalResult:
     import tempfile
 
     from avo.evaluation import evaluate_dir

@@ -72,10 +72,8 @@ def _number(data: dict[str, Any], key: str) -> float:
 
 
 @hookimpl
-def avo_agent_step(backend: str, request: StepRequest) -> StepResult | None:
+def avo_agent_step(backend: str, request: StepRequest) -> StepResult:
     """Run the scripted agent once in ``work/``."""
-    if backend != NAME:
-        return None
     command = _command(request.options, "command", COMMAND_ENV, "a step command")
     prompt_file = request.log_path.with_suffix(".prompt.md")
     prompt_file.parent.mkdir(parents=True, exist_ok=True)
@@ -105,10 +103,8 @@ def avo_agent_step(backend: str, request: StepRequest) -> StepResult | None:
 
 
 @hookimpl
-def avo_supervise(backend: str, brief: SupervisorBrief) -> SupervisorAnswer | None:
+def avo_supervise(backend: str, brief: SupervisorBrief) -> SupervisorAnswer:
     """Answer a brief with the supervisor command's output."""
-    if backend != NAME:
-        return None
     command = _command(brief.options, "supervisor_command", SUPERVISOR_ENV, "a supervisor command")
     brief_file = brief.log_path.with_suffix(".brief.md")
     brief_file.parent.mkdir(parents=True, exist_ok=True)

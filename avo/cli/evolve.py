@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from avo.cli.common import RunsDir, SandboxOpt, err, runs_root, user_errors
+from avo.cli.common import EXIT_ERROR, RunsDir, SandboxOpt, err, runs_root, user_errors
 
 if TYPE_CHECKING:
     from avo.evolve import Reporter
@@ -157,3 +157,6 @@ def register(app: typer.Typer) -> None:
             if summary.interrupted:
                 err.print(f"interrupted; continue with: avo evolve --resume {run.paths.root}")
                 raise typer.Exit(EXIT_INTERRUPTED)
+            if summary.backend_failed:
+                err.print(f"[bold red]error:[/] stopped: {summary.stop_reason}", markup=True)
+                raise typer.Exit(EXIT_ERROR)

@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from avo.cli.common import JsonFlag, out, print_json, user_errors
+from avo.cli.common import JsonFlag, err, out, print_json, user_errors
 
 
 def _table(title: str, columns: list[str]):  # type: ignore[no-untyped-def]
@@ -22,14 +22,19 @@ def _table(title: str, columns: list[str]):  # type: ignore[no-untyped-def]
     return table
 
 
+def _conflicts(conflicts: dict[str, str]) -> None:
+    for message in conflicts.values():
+        err.print(f"[bold red]conflict:[/] {message}", markup=True)
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def targets(json_out: JsonFlag = False) -> None:
         """Installed targets (plugin targets and folders on $AVO_TARGET_PATH)."""
-        from avo.plugins import all_targets
+        from avo.plugins import announced_targets
 
         with user_errors():
-            specs = all_targets()
+            specs, conflicts = announced_targets()
             if json_out:
                 print_json([s.model_dump(mode="json") for s in specs])
                 return
@@ -37,15 +42,16 @@ def register(app: typer.Typer) -> None:
             for s in specs:
                 table.add_row(s.name, s.provider or "", s.direction, s.entrypoint, s.description)
             out.print(table)
+            _conflicts(conflicts)
             out.print("A folder with a target.yaml works too: avo start --target ./my_target")
 
     @app.command()
     def backends(json_out: JsonFlag = False) -> None:
         """Installed agent backends for `avo evolve`, and whether each can run here."""
-        from avo.plugins import all_backends
+        from avo.plugins import announced_backends
 
         with user_errors():
-            infos = all_backends()
+            infos, conflicts = announced_backends()
             if json_out:
                 print_json([b.model_dump(mode="json") for b in infos])
                 return
@@ -54,10 +60,11 @@ def register(app: typer.Typer) -> None:
                 ready = "yes" if b.available else f"no: {b.reason or ''}"
                 table.add_row(b.name, b.provider or "", ready, ", ".join(b.needs), b.description)
             out.print(table)
+            _conflicts(conflicts)
 
     @app.command()
     def plugins(json_out: JsonFlag = False) -> None:
-        """Every installed plugin: distribution, version and what it provides."""
+        """Every installed plugin: distribution, version, what it provides and what is wrong with it."""
         from dataclasses import asdict
 
         from avo.plugins import plugin_records
@@ -70,30 +77,37 @@ def register(app: typer.Typer) -> None:
             table = _table("plugins", ["name", "distribution", "version", "provides"])
             for r in records:
                 provides = []
+                if r.disabled:
+                    provides.append("disabled ($AVO_DISABLE_PLUGINS)")
+                if r.error:
+                    provides.append(f"FAILED: {r.error}")
                 if r.targets:
                     provides.append("targets: " + ", ".join(r.targets))
                 if r.backends:
                     provides.append("backends: " + ", ".join(r.backends))
-                provides.append("hooks: " + ", ".join(h.removeprefix("avo_") for h in r.hooks))
-                if r.error:
-                    provides = [f"FAILED TO LOAD: {r.error}"]
+                if r.hooks:
+                    provides.append("hooks: " + ", ".join(h.removeprefix("avo_") for h in r.hooks))
+                provides.extend(f"PROBLEM: {p}" for p in r.problems)
                 table.add_row(r.name, r.distribution, r.version, "\n".join(provides))
             out.print(table)
+            bad = sum(1 for r in records if r.error or r.problems)
+            if bad:
+                err.print(f"{bad} plugin(s) failed or have problems; see FAILED / PROBLEM above")
 
     @app.command()
     def doctor(
         target: Annotated[str | None, typer.Option("--target", help="Check one target only.")] = None,
     ) -> None:
-        """Check Python, git, a C compiler, each target's packages and each backend."""
-        from avo.plugins import all_backends, all_targets
+        """Check Python, git, a C compiler, the installed plugins, each target's packages and each backend."""
+        from avo.plugins import all_backends, announced_targets, plugin_records
 
         problems = 0
 
-        def line(ok: bool, what: str, fix: str = "") -> None:
+        def line(ok: bool, what: str, fix: str = "", bad: str = "MISSING") -> None:
             nonlocal problems
             if not ok:
                 problems += 1
-            mark = "[green]ok[/]  " if ok else "[red]MISSING[/]"
+            mark = "[green]ok[/]  " if ok else f"[red]{bad}[/]"
             out.print(f"{mark} {what}" + (f"\n        fix: {fix}" if fix and not ok else ""), markup=True)
 
         v = sys.version_info
@@ -104,14 +118,40 @@ def register(app: typer.Typer) -> None:
         cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
         line(cc is not None, f"C compiler: {cc or 'not found'}",
              "install gcc or clang (needed by attention_c and by cffi builds)")
+        from avo.distribution import CORE_DISTRIBUTION, foreign_avo
+
+        foreign = foreign_avo()
+        line(foreign is None, f"distribution: {CORE_DISTRIBUTION}" if foreign is None else foreign.split(";")[0],
+             foreign.split("Fix: ")[-1] if foreign else "")
         with user_errors():
-            specs = all_targets()
+            seen: set[str] = set()
+            for r in plugin_records():
+                if r.disabled:
+                    out.print(f"[yellow]--[/]   plugin {r.name} ({r.distribution}): disabled by $AVO_DISABLE_PLUGINS",
+                              markup=True)
+                    continue
+                if r.error:
+                    line(False, f"plugin {r.name} ({r.distribution}): {r.error}",
+                         f"fix the plugin (or tell its author), or uninstall it: pip uninstall {r.distribution}",
+                         bad="FAILED ")
+                for problem in r.problems:
+                    if " is announced " in problem:  # a conflict: said once, for both sides
+                        if problem not in seen:
+                            seen.add(problem)
+                            line(False, problem, "uninstall or disable one of them (see above)", bad="CONFLICT")
+                        continue
+                    line(False, f"plugin {r.name} ({r.distribution}): {problem}",
+                         f"fix the plugin (or tell its author), or uninstall it: pip uninstall {r.distribution}",
+                         bad="PROBLEM")
+            specs, conflicts = announced_targets()
             for spec in specs:
                 if target and spec.name != target:
                     continue
                 missing = [m for m in spec.requirements if importlib.util.find_spec(m) is None]
                 line(not missing, f"target {spec.name}: " + ("ready" if not missing else f"needs {', '.join(missing)}"),
                      f"pip install {' '.join(missing)}  (or install the target with its extras)")
+            if target and target in conflicts:
+                line(False, f"target {target}: conflict", "uninstall or disable one of the two")
             for info in all_backends():
                 state = "ready" if info.available else f"not ready: {info.reason}"
                 out.print(f"{'[green]ok[/]  ' if info.available else '[yellow]--[/]  '} backend {info.name}: {state}",

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from avo.cli.common import (
+    EXIT_ERROR,
     JsonFlag,
     RunRef,
     RunsDir,
@@ -98,7 +99,10 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
         quick: Annotated[bool, typer.Option(
             "--quick", help="A cheap screening in the target's quick mode (not comparable with the lineage).")] = False,
     ) -> None:
-        """Evaluate the current work tree (no lineage change). The run's avo-eval calls this."""
+        """Evaluate the current work tree (no lineage change); exit status 1 when it fails the gate.
+
+        The run's avo-eval calls this.
+        """
         from avo.engine import evaluate_work, open_run
 
         with user_errors():
@@ -112,6 +116,8 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
                             "screening": report.screening, "warning": report.warning})
             else:
                 _print_eval(report, r)
+        if report.evaluation.scalar is None:  # FAIL: a script (or an agent's shell) can tell from the status
+            raise typer.Exit(EXIT_ERROR)
 
     @app.command()
     def submit(

@@ -164,10 +164,8 @@ def _run(prompt: str, options: Any, timeout: float) -> tuple[Collected, bool, st
 
 
 @hookimpl
-def avo_agent_step(backend: str, request: StepRequest) -> StepResult | None:
+def avo_agent_step(backend: str, request: StepRequest) -> StepResult:
     """Run one agent session in ``work/``."""
-    if backend != NAME:
-        return None
     ok, reason = availability()
     if not ok:
         raise AvoError(f"the agent_sdk backend cannot run: {reason}")
@@ -182,10 +180,8 @@ def avo_agent_step(backend: str, request: StepRequest) -> StepResult | None:
 
 
 @hookimpl
-def avo_supervise(backend: str, brief: SupervisorBrief) -> SupervisorAnswer | None:
+def avo_supervise(backend: str, brief: SupervisorBrief) -> SupervisorAnswer:
     """A read-only session reviews the trajectory; its final text is the redirect."""
-    if backend != NAME:
-        return None
     ok, reason = availability()
     if not ok:
         raise AvoError(f"the agent_sdk backend cannot run: {reason}")

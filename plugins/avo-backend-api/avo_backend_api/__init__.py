@@ -110,10 +110,8 @@ def _block_dict(block: Any) -> dict[str, Any]:
 
 
 @hookimpl
-def avo_agent_step(backend: str, request: StepRequest) -> StepResult | None:
+def avo_agent_step(backend: str, request: StepRequest) -> StepResult:
     """Run the tool loop until the model stops calling tools, the turn cap, or the timeout."""
-    if backend != NAME:
-        return None
     import anthropic
 
     opts = request.options
@@ -174,10 +172,8 @@ def avo_agent_step(backend: str, request: StepRequest) -> StepResult | None:
 
 
 @hookimpl
-def avo_supervise(backend: str, brief: SupervisorBrief) -> SupervisorAnswer | None:
+def avo_supervise(backend: str, brief: SupervisorBrief) -> SupervisorAnswer:
     """One Messages call without tools: the reviewer's answer is the redirect."""
-    if backend != NAME:
-        return None
     import anthropic
 
     model = brief.model or DEFAULT_MODEL

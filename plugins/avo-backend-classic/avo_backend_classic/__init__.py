@@ -121,10 +121,8 @@ def _show(work: Path, sha: str, path: str) -> str:
 
 
 @hookimpl
-def avo_agent_step(backend: str, request: StepRequest) -> StepResult | None:
+def avo_agent_step(backend: str, request: StepRequest) -> StepResult:
     """One classical variation: tournament-select a parent, mutate its literals into work/."""
-    if backend != NAME:
-        return None
     started = time.monotonic()
     state = load_state(RunPaths(request.run_dir))
     rng = random.Random(request.seed if request.seed is not None else request.step)
@@ -152,10 +150,8 @@ def avo_agent_step(backend: str, request: StepRequest) -> StepResult | None:
 
 
 @hookimpl
-def avo_supervise(backend: str, brief: SupervisorBrief) -> SupervisorAnswer | None:
+def avo_supervise(backend: str, brief: SupervisorBrief) -> SupervisorAnswer:
     """The classical operator's answer to a stall: widen the mutations for one step."""
-    if backend != NAME:
-        return None
     return SupervisorAnswer(redirect=(
         "classic operator redirect (no model): the last steps found no new best, so the next step "
         f"mutates up to 3 more literals with {WIDEN:g}x wider steps, to escape the local optimum.\n"

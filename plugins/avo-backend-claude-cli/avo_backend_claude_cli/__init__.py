@@ -131,10 +131,8 @@ def _missing() -> StepResult:
 
 
 @hookimpl
-def avo_agent_step(backend: str, request: StepRequest) -> StepResult | None:
+def avo_agent_step(backend: str, request: StepRequest) -> StepResult:
     """Run Claude Code headless in ``work/`` until it stops or the timeout kills it."""
-    if backend != NAME:
-        return None
     exe = find_claude(request.options)
     if exe is None:
         return _missing()
@@ -164,10 +162,8 @@ def avo_agent_step(backend: str, request: StepRequest) -> StepResult | None:
 
 
 @hookimpl
-def avo_supervise(backend: str, brief: SupervisorBrief) -> SupervisorAnswer | None:
+def avo_supervise(backend: str, brief: SupervisorBrief) -> SupervisorAnswer:
     """A read-only Claude Code session reviews the trajectory; its final text is the redirect."""
-    if backend != NAME:
-        return None
     from avo.errors import AvoError
 
     exe = find_claude(brief.options)

@@ -80,10 +80,8 @@ def _args(raw: str | None) -> dict[str, Any] | str:
 
 
 @hookimpl
-def avo_agent_step(backend: str, request: StepRequest) -> StepResult | None:
+def avo_agent_step(backend: str, request: StepRequest) -> StepResult:
     """Run the tool loop until the model answers without tool calls, the turn cap, or the timeout."""
-    if backend != NAME:
-        return None
     import openai
 
     opts = request.options
@@ -155,10 +153,8 @@ def avo_agent_step(backend: str, request: StepRequest) -> StepResult | None:
 
 
 @hookimpl
-def avo_supervise(backend: str, brief: SupervisorBrief) -> SupervisorAnswer | None:
+def avo_supervise(backend: str, brief: SupervisorBrief) -> SupervisorAnswer:
     """One chat call without tools: the reviewer's answer is the redirect."""
-    if backend != NAME:
-        return None
     import openai
 
     client = _client(brief.base_url, brief.options)
