@@ -162,7 +162,14 @@ def _runtime(run: Run, label: str) -> Runtime:
     evaluator_copy.check(copy, package, recorded, runtime)
     level = run.state.sandbox if run.state.sandbox in ("bwrap", "none") else "none"
     return Runtime(copy, package, module, spec.provider if module else None, level,  # type: ignore[arg-type]
-                   run.paths.private / "eval" / f"{label}-scratch", run.state.eval_secret)
+                   run.paths.private / "eval" / f"{label}-scratch", run.state.eval_secret,
+                   _distribution_of(spec.provider) if module else None)
+
+
+def _distribution_of(provider: str | None) -> str:
+    from avo.plugins import plugin_distribution
+
+    return plugin_distribution(provider or "")
 
 
 def _recheck_runtime(run: Run, rt: Runtime) -> str | None:

@@ -52,6 +52,7 @@ class Runtime:
     sandbox: Level
     scratch: Path  # a private folder for this evaluation's working files
     secret: str | None = None  # the run's evaluation secret (plugin evaluators only)
+    distribution: str | None = None  # the plugin's distribution, for error messages
 
 
 def _fill(template: list[str], target_dir: Path, workdir: Path | None) -> list[str]:
@@ -91,9 +92,13 @@ def _launch(
         _keep_logs(logs, log_path)
         return outcome
     assert rt.module is not None and rt.plugin is not None
+    from avo.plugins import check_target_hook
+
+    check_target_hook(spec, "avo_baselines" if baselines else "avo_evaluate")
     spec_file = rt.scratch / "spec.json"
     spec_file.write_text(spec.model_dump_json())
-    cmd = [*python_command(rt.copy_root), "--module", rt.module, "--plugin", rt.plugin, "--spec", str(spec_file)]
+    cmd = [*python_command(rt.copy_root), "--module", rt.module, "--plugin", rt.plugin, "--spec", str(spec_file),
+           "--distribution", rt.distribution or "?"]
     if workdir is not None:
         cmd += ["--workdir", str(workdir)]
     if baselines:

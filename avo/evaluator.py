@@ -33,7 +33,7 @@ def _evaluate(args: argparse.Namespace) -> str:
 
     spec = TargetSpec.model_validate_json(Path(args.spec).read_text())
     module = importlib.import_module(args.module)
-    where = {"plugin": args.plugin, "distribution": f"{args.module}, copied for this run"}
+    where = {"plugin": args.plugin, "distribution": args.distribution}
     log_dir = os.environ.get("AVO_LOG_DIR")
     options = EvalOptions(quick=args.quick, log_dir=Path(log_dir) if log_dir else None,
                           secret=os.environ.pop("AVO_EVAL_SECRET", None) or None)
@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--module", required=True)
     parser.add_argument("--plugin", required=True)
     parser.add_argument("--spec", required=True)
+    parser.add_argument("--distribution", default="?")
     parser.add_argument("--workdir")
     parser.add_argument("--baselines", action="store_true")
     parser.add_argument("--quick", action="store_true")

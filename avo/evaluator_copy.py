@@ -197,4 +197,7 @@ def fresh_runtime(spec: TargetSpec, private: Path, label: str, *, sandbox: str |
     copy = prepare(private, root, hashes, module=package)
     check(copy, package, hashes, runtime_hashes(module is not None))
     level, _ = resolve_level(sandbox or os.environ.get("AVO_SANDBOX", "").strip() or "auto")
-    return Runtime(copy, package, module, spec.provider if module else None, level, private / "eval" / label)
+    from avo.plugins import plugin_distribution
+
+    return Runtime(copy, package, module, spec.provider if module else None, level, private / "eval" / label,
+                   distribution=plugin_distribution(spec.provider or "") if module else None)

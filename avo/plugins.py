@@ -172,7 +172,7 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
             owner = pm.get_name(module) if pm.is_registered(module) else None
             if owner is not None:  # another distribution's entry point names the same module
                 record.error = (f"its entry point {ep.name} = {ep.value} names a module that plugin {owner!r} "
-                                f"({_distribution(owner)}) already provides; skipped")
+                                f"({plugin_distribution(owner)}) already provides; skipped")
                 _records[owner].problems.append(f"its module is also claimed by distribution {dist} "
                                                 f"(entry point {ep.name} = {ep.value})")
                 _warn(f"plugin {name!r} ({dist}): {record.error}")
@@ -241,13 +241,14 @@ def unregister(name: str) -> None:
 
 # -- calling plugins -----------------------------------------------------------------------
 
-def _distribution(name: str) -> str:
+def plugin_distribution(name: str) -> str:
+    """The distribution a loaded plugin came from (``(registered)`` for one registered by hand)."""
     record = _records.get(name)
     return record.distribution if record else "(registered)"
 
 
 def _label(name: str) -> str:
-    return f"plugin {name!r} ({_distribution(name)})"
+    return f"plugin {name!r} ({plugin_distribution(name)})"
 
 
 @functools.cache
@@ -295,7 +296,7 @@ def _validate(hook: str, value: Any, name: str, label: str) -> Any:
 def _invoke(name: str, hook: str, function: Any, argnames: tuple[str, ...] | list[str],
             kwargs: dict[str, Any], distribution: str | None = None) -> Any:
     """Call one implementation with the arguments it takes; guard the call and check the result."""
-    distribution = distribution or _distribution(name)
+    distribution = distribution or plugin_distribution(name)
     label = f"plugin {name!r} ({distribution})"
     try:
         value = function(*[kwargs[a] for a in argnames])
@@ -354,10 +355,22 @@ def _call_provider(provider: str, hook: str, kwargs: dict[str, Any], what: str) 
     if impl is None:
         if hook in _OPTIONAL:
             return _OPTIONAL[hook]
-        typo = [p for p in (_records.get(provider) or PluginRecord("", "", "", "")).problems if "unknown hook" in p]
-        raise PluginError(f"{_label(provider)} provides {what} but does not implement {hook}"
-                          + (f" ({'; '.join(typo)})" if typo else ""), plugin=provider, hook=hook)
+        raise _missing(provider, hook, what)
     return _invoke(provider, hook, impl.function, impl.argnames, kwargs)
+
+
+def _missing(provider: str, hook: str, what: str) -> PluginError:
+    typo = [p for p in (_records.get(provider) or PluginRecord("", "", "", "")).problems if "unknown hook" in p]
+    return PluginError(f"{_label(provider)} provides {what} but does not implement {hook}"
+                       + (f" ({'; '.join(typo)})" if typo else ""), plugin=provider, hook=hook)
+
+
+def check_target_hook(spec: TargetSpec, hook: str) -> None:
+    """Raise the :class:`PluginError` :func:`call_target_hook` would raise for a missing ``hook``
+    (used before starting an evaluator child, which runs the plugin without the manager)."""
+    provider = _target_provider(spec)
+    if hook not in _OPTIONAL and not any(n == provider for n, _ in _implementations(hook)):
+        raise _missing(provider, hook, f"target {spec.name!r}")
 
 
 def _target_provider(spec: TargetSpec) -> str:

@@ -23,7 +23,7 @@ import pytest
 from avo.engine import evaluate_work, start_run, submit
 from avo.errors import AvoError
 from avo.evaluation import evaluate_dir
-from avo.plugins import find_target
+from avo.plugins import call_target_hook, find_target
 from avo.sandbox import Sandbox, popen, probe, tree_cpu_seconds
 
 needs_bwrap = pytest.mark.skipif(not probe()[0], reason=f"bubblewrap cannot run here: {probe()[1]}")
@@ -149,11 +149,9 @@ def test_a_metric_name_cannot_forge_a_commit_trailer(toy: Path, runs_root: Path,
 
 def test_a_candidate_cannot_shadow_the_plugin_evaluator(tmp_path: Path) -> None:
     spec = find_target("game2048")
-    from avo.plugins import get_plugin_manager
-
     seed = tmp_path / "seed"
     seed.mkdir()
-    get_plugin_manager().hook.avo_seed(target=spec, dest=seed)
+    call_target_hook(spec, "avo_seed", dest=seed)
     honest = evaluate_dir(spec, seed, tmp_path / "honest.log", quick=True)
     cheat = tmp_path / "cheat"
     shutil.copytree(seed, cheat)
@@ -174,11 +172,9 @@ def test_a_stale_pyc_next_to_the_installed_plugin_is_never_run(tmp_path: Path) -
     import avo_target_game2048
 
     spec = find_target("game2048")
-    from avo.plugins import get_plugin_manager
-
     seed = tmp_path / "seed"
     seed.mkdir()
-    get_plugin_manager().hook.avo_seed(target=spec, dest=seed)
+    call_target_hook(spec, "avo_seed", dest=seed)
     honest = evaluate_dir(spec, seed, tmp_path / "honest.log", quick=True)
     package = Path(avo_target_game2048.__file__).parent
     source = package / "__init__.py"
