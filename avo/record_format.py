@@ -1,0 +1,108 @@
+"""How a version is written into its commit: the trailers and the ``.avo/scores.jsonl`` lines.
+
+Both round-trip exactly (``repr`` of the scalar, JSON of the metrics), so the record can be
+checked against the lineage number for number. Trailers written before that (``%.6g``) are
+still read, and compared at the precision they were written with.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from avo.state import Version
+
+SCALAR, METRICS, TARGET = "avo-scalar", "avo-metrics", "avo-target"
+
+
+def scores_line(v: Version) -> str:
+    """One line of ``.avo/scores.jsonl`` for version ``v``."""
+    return json.dumps({"version": f"v{v.n}", "scalar": v.scalar, "metrics": v.metrics,
+                       "message": v.message, "step": v.step, "time": v.time}) + "\n"
+
+
+def scores_file(versions: list[Version]) -> str:
+    """The whole ``.avo/scores.jsonl`` committed with the last of ``versions``."""
+    return "".join(scores_line(v) for v in versions)
+
+
+def trailer_lines(target: str, scalar: float, metrics: dict[str, float]) -> str:
+    """avo's trailer block: one ``key: value`` per line, values that cannot span lines."""
+    # The target name is a single-line identifier (TargetSpec checks it); JSON escapes the
+    # metric names, so no name can end a line and forge a trailer.
+    return f"{TARGET}: {target}\n{SCALAR}: {scalar!r}\n{METRICS}: {json.dumps(metrics)}\n"
+
+
+@dataclass(frozen=True)
+class Trailers:
+    """avo's trailers as read back from a commit message."""
+
+    scalar: str | None
+    metrics: str | None
+
+    @property
+    def exact(self) -> bool:
+        """Written in the exact format (JSON metrics), not the old ``%.6g`` one."""
+        return (self.metrics or "").startswith("{")
+
+    def scalar_matches(self, scalar: float) -> bool:
+        if self.scalar is None:
+            return False
+        if not self.exact:
+            return self.scalar == f"{scalar:.6g}"
+        try:
+            value = float(self.scalar)
+        except ValueError:
+            return False
+        return value == scalar or (math.isnan(value) and math.isnan(scalar))
+
+    def metrics_match(self, metrics: dict[str, float]) -> bool:
+        if self.metrics is None:
+            return False
+        if not self.exact:
+            return self.metrics == ", ".join(f"{k}={v:.6g}" for k, v in metrics.items())
+        try:
+            return bool(json.loads(self.metrics) == metrics)
+        except ValueError:
+            return False
+
+    def scalar_value(self) -> float | None:
+        try:
+            return float(self.scalar) if self.scalar is not None else None
+        except ValueError:
+            return None
+
+    def metrics_value(self) -> dict[str, float] | None:
+        if self.metrics is None:
+            return None
+        if self.exact:
+            try:
+                data = json.loads(self.metrics)
+            except ValueError:
+                return None
+            return {str(k): float(v) for k, v in data.items()} if isinstance(data, dict) else None
+        out = {}
+        for part in self.metrics.split(", "):
+            key, sep, value = part.rpartition("=")
+            if not sep:
+                continue
+            try:
+                out[key] = float(value)
+            except ValueError:
+                return None
+        return out
+
+
+def parse_trailers(message: str) -> Trailers:
+    """avo's trailers: the ``avo-*`` lines of the message's last paragraph (avo writes it last,
+    after the agent's text, so a message cannot smuggle in a trailer of its own)."""
+    last = message.rstrip("\n").rpartition("\n\n")[2]
+    found: dict[str, str] = {}
+    for line in last.splitlines():
+        key, sep, value = line.partition(": ")
+        if sep and key.startswith("avo-"):
+            found[key] = value
+    return Trailers(found.get(SCALAR), found.get(METRICS))
