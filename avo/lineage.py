@@ -183,8 +183,9 @@ class Lineage:
         self.private_index = private_index
 
     def git(self, *args: str, index: Path | None = None, stdin: bytes | None = None,
-            check: bool = True) -> str:
-        return self.git_bytes(*args, index=index, stdin=stdin, check=check).decode("utf-8", "replace")
+            check: bool = True, readonly: bool = False) -> str:
+        return self.git_bytes(*args, index=index, stdin=stdin, check=check,
+                              readonly=readonly).decode("utf-8", "replace")
 
     def git_bytes(self, *args: str, index: Path | None = None, stdin: bytes | None = None,
                   check: bool = True, readonly: bool = False) -> bytes:
@@ -250,13 +251,16 @@ class Lineage:
 
         No index is involved, so no other process can slip its own tree in between.
         """
-        blob = self.git("hash-object", "-w", "--stdin", stdin=content).strip()
+        return self._with_blob(base_tree, rel, self.git("hash-object", "-w", "--stdin", stdin=content).strip())
+
+    def _with_blob(self, base_tree: str, rel: str, blob: str) -> str:
         head, _, rest = rel.partition("/")
-        entries = [e for e in self._entries(base_tree) if e[3] != head]
+        current = self._entries(base_tree)
+        entries = [e for e in current if e[3] != head]
         if rest:
-            sub = next((e for e in self._entries(base_tree) if e[3] == head and e[1] == "tree"), None)
+            sub = next((e for e in current if e[3] == head and e[1] == "tree"), None)
             base_sub = sub[2] if sub else self._mktree([])
-            entries.append(("040000", "tree", self.tree_with_file(base_sub, rest, content), head))
+            entries.append(("040000", "tree", self._with_blob(base_sub, rest, blob), head))
         else:
             entries.append(("100644", "blob", blob, head))
         return self._mktree(entries)
@@ -365,9 +369,15 @@ class Lineage:
             self.git("symbolic-ref", "HEAD", f"refs/heads/{BRANCH}")
 
     def move_branch(self, sha: str) -> None:
-        """Point the branch and HEAD at ``sha``, index to match, work tree untouched."""
+        """Point the branch and HEAD at ``sha``, index to match, work tree untouched.
+
+        The agent's index is replaced, never read: a damaged one cannot stop a commit.
+        """
         self._on_branch()
-        self.git("reset", "-q", "--mixed", sha)
+        self.git("update-ref", f"refs/heads/{BRANCH}", sha)
+        with self._temp_index() as index:
+            self.git("read-tree", sha, index=index)
+            os.replace(index, self.work / ".git" / "index")
 
     def reset_hard(self, sha: str) -> None:
         """Make the work tree exactly ``sha`` (ignored files are kept)."""

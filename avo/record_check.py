@@ -18,7 +18,7 @@ from avo.chain import RECOVERED, line_hash, verify
 from avo.errors import RecordError
 from avo.lineage import BRANCH, META_DIR, blob_id, object_ids, read_commits, read_object, ref_of
 from avo.record_format import parse_trailers, scores_file
-from avo.state import RunPaths, RunState, Version, load_state
+from avo.state import RunPaths, RunState, Version, load_state, read_trajectory
 
 SCORES_FILE = f"{META_DIR}/scores.jsonl"
 _RETRIES, _PAUSE_S = 3, 0.2
@@ -208,11 +208,12 @@ def check_record(paths: RunPaths, state: RunState, *, locked: bool) -> RunState:
 
 
 def describe_flags(paths: RunPaths) -> list[str]:
-    """The trajectory lines ``avo recover`` set aside, for ``avo log`` to show."""
+    """The trajectory lines ``avo recover`` set aside, for ``avo log`` to name."""
     if not paths.trajectory.exists():
         return []
-    report = verify(paths.trajectory.read_bytes(), None)
-    return [f"trajectory.jsonl line {n} {what}; `avo recover` set it aside" for n, what in
-            sorted(report.flagged.items())]
-
-
+    out = []
+    for r in read_trajectory(paths):
+        if r.get("kind") == RECOVERED:
+            out += [f"trajectory.jsonl line {a.get('line')} {a.get('problem')}; `avo recover` set it aside"
+                    for a in r.get("acknowledged") or [] if isinstance(a, dict)]
+    return out
