@@ -263,12 +263,30 @@ def _disk_head(paths: RunPaths) -> ChainHead | None:
         return None
 
 
+@contextmanager
+def _record_lock(paths: RunPaths) -> Iterator[None]:
+    """Held for the moment of one write of run.json or the trajectory.
+
+    Some records are appended without the run's lock (``avo evolve`` notes between steps):
+    this short lock keeps such an append from forking the chain or from writing back an
+    older run.json over a submit's commit point.
+    """
+    paths.private.mkdir(parents=True, exist_ok=True)
+    fd = os.open(paths.private / "record.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def save_state(paths: RunPaths, state: RunState) -> None:
     """Write ``run.json``; the chain head on disk is kept (only an append moves it)."""
-    head = _disk_head(paths)
-    if head is not None:
-        state.chain = head
-    write_json_atomic(paths.run_json, state.model_dump_json(indent=1))
+    with _record_lock(paths):
+        head = _disk_head(paths)
+        if head is not None:
+            state.chain = head
+        write_json_atomic(paths.run_json, state.model_dump_json(indent=1))
 
 
 def _set_head(paths: RunPaths, head: ChainHead) -> None:
@@ -300,32 +318,34 @@ def append_trajectory(paths: RunPaths, record: dict[str, Any]) -> None:
     Called under the run's lock: the trajectory survives every reset, and a kill between
     the two writes leaves one line past the head, which the next command adopts.
     """
-    data = paths.trajectory.read_bytes() if paths.trajectory.exists() else b""
-    lines, _ = _set_aside_torn(paths, data)
-    record = {"time": round(time.time(), 3), **record, **link_fields(lines)}
-    line = json.dumps(record, sort_keys=False, default=str).encode()
-    with open(paths.trajectory, "ab") as fh:
-        fh.write(line + b"\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    _set_head(paths, ChainHead(count=len(lines) + 1, sha=line_hash(line)))
+    with _record_lock(paths):
+        data = paths.trajectory.read_bytes() if paths.trajectory.exists() else b""
+        lines, _ = _set_aside_torn(paths, data)
+        record = {"time": round(time.time(), 3), **record, **link_fields(lines)}
+        line = json.dumps(record, sort_keys=False, default=str).encode()
+        with open(paths.trajectory, "ab") as fh:
+            fh.write(line + b"\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        _set_head(paths, ChainHead(count=len(lines) + 1, sha=line_hash(line)))
 
 
 def heal_trajectory(paths: RunPaths, state: RunState) -> list[str]:
     """Under the lock: set a torn tail aside and adopt lines written past the head."""
-    state.chain = _disk_head(paths) or state.chain  # the caller's copy may predate an append
-    if not paths.trajectory.exists():
-        return []
-    lines, note = _set_aside_torn(paths, paths.trajectory.read_bytes())
-    notes = [note] if note else []
-    head = state.chain
-    if head is not None and 0 < head.count < len(lines) and line_hash(lines[head.count - 1]) == head.sha:
-        new = ChainHead(count=len(lines), sha=line_hash(lines[-1]))
-        _set_head(paths, new)
-        state.chain = new
-        notes.append(f"adopted {len(lines) - head.count} trajectory line(s) written after the last "
-                     "recorded one (a command was killed between its two writes)")
-    return notes
+    with _record_lock(paths):
+        state.chain = _disk_head(paths) or state.chain  # the caller's copy may predate an append
+        if not paths.trajectory.exists():
+            return []
+        lines, note = _set_aside_torn(paths, paths.trajectory.read_bytes())
+        notes = [note] if note else []
+        head = state.chain
+        if head is not None and 0 < head.count < len(lines) and line_hash(lines[head.count - 1]) == head.sha:
+            new = ChainHead(count=len(lines), sha=line_hash(lines[-1]))
+            _set_head(paths, new)
+            state.chain = new
+            notes.append(f"adopted {len(lines) - head.count} trajectory line(s) written after the last "
+                         "recorded one (a command was killed between its two writes)")
+        return notes
 
 
 def read_trajectory(paths: RunPaths) -> list[dict[str, Any]]:
