@@ -205,10 +205,6 @@ def _evaluate_tree(run: Run, tree: str, label: str, *, screening: bool = False) 
         shutil.rmtree(snap, ignore_errors=True)
 
 
-def _scores_line(v: Version) -> str:
-    return scores_line(v)
-
-
 def _tags(state: RunState) -> dict[str, str]:
     return {f"v{v.n}": v.sha for v in state.versions}
 
@@ -502,9 +498,9 @@ def start_run(
     v0 = Version(n=0, sha="", tree="", scalar=evaluation.scalar, metrics=evaluation.result.metrics,
                  message="seed x_0" if origin is None else f"seed from {origin}", step=0,
                  time=time.time(), notes=evaluation.result.notes, new_best=True)
-    final_tree = lineage.tree_with_file(tree, SCORES_FILE, _scores_line(v0).encode())
+    final_tree = lineage.tree_with_file(tree, SCORES_FILE, scores_line(v0).encode())
     sha = lineage.commit_tree(final_tree, None, _commit_message(0, v0.message, v0.scalar, v0.metrics, spec.name))
-    lineage.verify_commit_tree(sha, tree, SCORES_FILE, _scores_line(v0).encode())
+    lineage.verify_commit_tree(sha, tree, SCORES_FILE, scores_line(v0).encode())
     lineage.reset_hard(sha)
     v0 = v0.model_copy(update={"sha": sha, "tree": final_tree})
     state.versions.append(v0)
@@ -717,7 +713,7 @@ def submit(
             version = Version(n=n, sha="", tree="", scalar=scalar, metrics=evaluation.result.metrics,
                               message=message, step=step, time=time.time(), notes=evaluation.result.notes,
                               spread=evaluation.result.spread, new_best=new_best)
-            scores = "".join(_scores_line(v) for v in [*state.versions, version])
+            scores = "".join(scores_line(v) for v in [*state.versions, version])
             # Built from tree objects, no index: nothing another process writes can change it;
             # verified anyway before anything points at it.
             final_tree = lineage.tree_with_file(tree, SCORES_FILE, scores.encode())
@@ -726,8 +722,7 @@ def submit(
             lineage.verify_commit_tree(sha, tree, SCORES_FILE, scores.encode())
             version = version.model_copy(update={"sha": sha, "tree": lineage.tree_of(sha)})
             record["version"] = n
-            write_json_atomic(paths.journal, json.dumps({"kind": "accept", "step": step, "record": record,
-                                                          "sha": sha}))
+            write_json_atomic(paths.journal, json.dumps({"kind": "accept", "step": step, "record": record}))
             lineage.move_branch(sha)
             # Keep the work tree's copy of the score file in step with the commit.
             (paths.work / META_DIR).mkdir(exist_ok=True)

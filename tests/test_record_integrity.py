@@ -502,3 +502,28 @@ def test_a_huge_file_in_work_is_refused_by_the_default_limit(toy: Path, runs_roo
         submit(run, "X=6 and a dump")
     big.unlink()
     assert submit(run, "X=6").outcome == "accepted"
+
+
+def test_a_kill_between_the_two_writes_of_an_append_is_healed(
+    toy: Path, runs_root: Path, core_plugins: None
+) -> None:
+    from avo.state import append_trajectory
+
+    run = started(toy, runs_root)
+    head = json.loads(run.paths.run_json.read_text())["chain"]
+    # As if killed after the line was written but before run.json's head moved, then again
+    # half-way through writing the next line.
+    append_trajectory(run.paths, {"kind": "note", "id": "written-before-the-kill"})
+    edit_json(run.paths.run_json, lambda d: d.update(chain=head))
+    with open(run.paths.trajectory, "a") as fh:
+        fh.write('{"kind": "eval", "id": "torn')
+    assert avo("status")[0] == 0  # readers allow for both
+    set_constants(run.paths.work, x=6)
+    out = submit(open_run(run.paths.root, runs_root), "X=6")
+    assert out.outcome == "accepted"
+    assert any("adopted 1 trajectory line(s)" in n for n in out.notes)
+    assert any("torn last line of trajectory.jsonl" in n for n in out.notes)
+    assert list(run.paths.private.glob("torn-trajectory-*.txt"))[0].read_text() == '{"kind": "eval", "id": "torn'
+    assert avo("status")[0] == 0
+    ids = [r.get("id") for r in read_trajectory(run.paths)]
+    assert "written-before-the-kill" in ids and ids[-1] == "step3"
