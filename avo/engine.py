@@ -32,7 +32,7 @@ from avo.models import TargetSpec
 from avo.policy import confirm, first_look
 from avo.prompts import fmt_number
 from avo.record_check import check_record
-from avo.record_format import scores_line, trailer_lines
+from avo.record_format import scores_line, terms, terms_digest, trailer_lines
 from avo.state import (
     Baseline,
     RunOptions,
@@ -209,12 +209,13 @@ def _tags(state: RunState) -> dict[str, str]:
     return {f"v{v.n}": v.sha for v in state.versions}
 
 
-def _commit_message(n: int, message: str, scalar: float, metrics: dict[str, float], target: str) -> str:
+def _commit_message(n: int, message: str, scalar: float, metrics: dict[str, float], target: str,
+                    terms_sha: str | None = None) -> str:
     # The first line is the subject `git log --oneline` shows; further lines are the body.
     # avo's trailers come last, as their own paragraph, in a format that round-trips exactly.
     subject, _, body = message.strip().partition("\n")
     body = f"{body.strip()}\n\n" if body.strip() else ""
-    return f"v{n}: {subject.strip() or '(no message)'}\n\n{body}" + trailer_lines(target, scalar, metrics)
+    return f"v{n}: {subject.strip() or '(no message)'}\n\n{body}" + trailer_lines(target, scalar, metrics, terms_sha)
 
 
 def _usage_add(state: RunState, usage: dict[str, Any] | None) -> None:
@@ -499,7 +500,9 @@ def start_run(
                  message="seed x_0" if origin is None else f"seed from {origin}", step=0,
                  time=time.time(), notes=evaluation.result.notes, new_best=True)
     final_tree = lineage.tree_with_file(tree, SCORES_FILE, scores_line(v0).encode())
-    sha = lineage.commit_tree(final_tree, None, _commit_message(0, v0.message, v0.scalar, v0.metrics, spec.name))
+    started_on = terms(state)
+    sha = lineage.commit_tree(final_tree, None, _commit_message(0, v0.message, v0.scalar, v0.metrics, spec.name,
+                                                                terms_digest(started_on)))
     lineage.verify_commit_tree(sha, tree, SCORES_FILE, scores_line(v0).encode())
     lineage.reset_hard(sha)
     v0 = v0.model_copy(update={"sha": sha, "tree": final_tree})
@@ -508,7 +511,7 @@ def start_run(
     lineage.backup(paths.backup, sha)
     save_state(paths, state)
     append_trajectory(paths, {"kind": "start", "id": "start", "target": spec.name, "origin": origin,
-                              "options": options.model_dump()})
+                              "options": options.model_dump(), "terms": started_on})
     append_trajectory(paths, {"kind": "eval", "id": "seed", "step": 0, "tree": tree, "scalar": v0.scalar,
                               "metrics": v0.metrics, "correct": True, "wall_s": round(evaluation.wall_s, 3),
                               "notes": evaluation.result.notes, "log": str(evaluation.log_path.name)})

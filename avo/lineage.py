@@ -123,6 +123,12 @@ def read_commits(git_dir: Path, tip: str) -> list[CommitInfo]:
     return out[::-1]
 
 
+def commit_message(git_dir: Path, sha: str) -> str | None:
+    """The message of commit ``sha`` in ``git_dir``, or ``None``."""
+    out = _git(git_dir, ["log", "-1", "--format=%B", sha, "--"], check=False, readonly=True)
+    return out.decode("utf-8", "replace") if out else None
+
+
 def ref_of(git_dir: Path, ref: str) -> str | None:
     """The commit ``ref`` names in ``git_dir``, or ``None``."""
     out = _git(git_dir, ["rev-parse", "--verify", "-q", f"{ref}^{{commit}}"], check=False, readonly=True)

@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from avo.chain import RECOVERED, line_hash, verify
 from avo.errors import RecordError
-from avo.lineage import BRANCH, META_DIR, blob_id, object_ids, read_commits, read_object, ref_of
-from avo.record_format import parse_trailers, scores_file
+from avo.lineage import BRANCH, META_DIR, blob_id, commit_message, object_ids, read_commits, read_object, ref_of
+from avo.record_format import parse_trailers, scores_file, terms, terms_digest
 from avo.state import RunPaths, RunState, Version, load_state, read_trajectory
 
 SCORES_FILE = f"{META_DIR}/scores.jsonl"
@@ -100,6 +101,69 @@ def _lineage_problems(paths: RunPaths, state: RunState, locked: bool) -> list[st
     return problems
 
 
+def _differences(recorded: Any, current: Any, where: str) -> list[tuple[str, Any, Any]]:
+    """Keys present in both whose values differ (fields added or dropped by an upgrade are not)."""
+    if isinstance(recorded, dict) and isinstance(current, dict):
+        out = []
+        for key in recorded:
+            if key in current:
+                out += _differences(recorded[key], current[key], f"{where}.{key}" if where else key)
+        return out
+    return [] if recorded == current else [(where, current, recorded)]
+
+
+def started_terms(paths: RunPaths, state: RunState) -> tuple[dict[str, Any] | None, str | None]:
+    """The terms the run started on, as pinned by v0's commit in the backup, and why not if not.
+
+    ``(terms, None)``: the start record's terms, vouched for by v0's ``avo-terms`` trailer;
+    ``(None, None)``: a run from before terms were pinned; ``(None, problem)``: they disagree.
+    """
+    message = commit_message(paths.backup, state.versions[0].sha) if (paths.backup / "HEAD").exists() else None
+    pinned = parse_trailers(message or "").terms
+    if pinned is None:
+        return None, None
+    start = next((r for r in read_trajectory(paths) if r.get("kind") == "start"), None)
+    recorded = (start or {}).get("terms")
+    if not isinstance(recorded, dict) or terms_digest(recorded) != pinned:
+        return None, ("the start record of trajectory.jsonl does not hold the terms v0's commit pins "
+                      "(avo-terms), so the run's spec and options cannot be checked")
+    return recorded, None
+
+
+def _terms_problems(paths: RunPaths, state: RunState) -> list[str]:
+    recorded, problem = started_terms(paths, state)
+    if problem:
+        return [problem]
+    if recorded is None:
+        return []
+    return [f"run.json's {key} is {now!r}, but the run started with {then!r} (pinned by v0's commit)"
+            for key, now, then in _differences(recorded, terms(state), "")[:8]]
+
+
+def _record_problems_elsewhere(paths: RunPaths, state: RunState, records: list[dict[str, Any] | None]) -> list[str]:
+    """Counters that steer the policy, checked against the trajectory that produced them."""
+    problems = []
+    remeasured: dict[int, list[float]] = {}
+    due: tuple[int, str] | None = None
+    for n, r in enumerate(records, 1):
+        if not r:
+            continue
+        if r.get("kind") == "submit" and isinstance(r.get("confirm"), dict) and isinstance(r.get("best_before"), int):
+            remeasured.setdefault(r["best_before"], []).extend(r["confirm"].get("best") or [])
+        elif r.get("kind") == "supervisor_due":
+            due = (n, str(r.get("reason")))
+        elif r.get("kind") == "supervisor_record":
+            due = None
+    recorded = {k: v for k, v in state.remeasured.items() if v}
+    if recorded != remeasured:
+        problems.append(f"run.json's re-measurements of the best {recorded} are not those the trajectory "
+                        f"records {remeasured}")
+    if due is not None and not state.supervisor.due:
+        problems.append(f"trajectory.jsonl line {due[0]} records the supervisor due ({due[1]}) and no redirect "
+                        "since, but run.json says it is not due")
+    return problems
+
+
 @dataclass
 class TrajectoryFindings:
     """How the trajectory disagrees: per line (chain and content), per version, and the rest."""
@@ -160,6 +224,10 @@ def trajectory_findings(paths: RunPaths, state: RunState, locked: bool) -> Traje
     if state.steps < max_step:
         found.other.append(f"run.json says {state.steps} steps were taken, but trajectory.jsonl records a "
                            f"submit of step {max_step}")
+    if locked or not journal:
+        good = [r if n not in report.flagged and n not in report.problems else None
+                for n, r in enumerate(report.records, 1)]
+        found.other += _record_problems_elsewhere(paths, state, good)
     found.line_hashes = {n: line_hash(report.lines[n - 1]) for n in found.lines}
     return found
 
@@ -175,7 +243,8 @@ def record_problems(paths: RunPaths, state: RunState, *, locked: bool) -> list[s
     if state.best != len(state.versions) - 1:
         problems.append(f"run.json's best is v{state.best}, but its newest version is v{len(state.versions) - 1} "
                         "(every accepted version becomes the best)")
-    return problems + _lineage_problems(paths, state, locked) + trajectory_findings(paths, state, locked).describe()
+    return (problems + _lineage_problems(paths, state, locked) + _terms_problems(paths, state)
+            + trajectory_findings(paths, state, locked).describe())
 
 
 def record_error(paths: RunPaths, problems: list[str]) -> RecordError:

@@ -7,15 +7,16 @@ still read, and compared at the precision they were written with.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from avo.state import Version
+    from avo.state import RunState, Version
 
-SCALAR, METRICS, TARGET = "avo-scalar", "avo-metrics", "avo-target"
+SCALAR, METRICS, TARGET, TERMS = "avo-scalar", "avo-metrics", "avo-target", "avo-terms"
 
 
 def scores_line(v: Version) -> str:
@@ -29,11 +30,29 @@ def scores_file(versions: list[Version]) -> str:
     return "".join(scores_line(v) for v in versions)
 
 
-def trailer_lines(target: str, scalar: float, metrics: dict[str, float]) -> str:
-    """avo's trailer block: one ``key: value`` per line, values that cannot span lines."""
+def terms(state: RunState) -> dict[str, Any]:
+    """The terms a run was started on: the target's spec, the options, the configs.
+
+    Only the step budget may change later (``avo evolve --max-steps``).
+    """
+    return {"target": state.target.model_dump(mode="json"),
+            "options": state.options.model_dump(mode="json", exclude={"max_steps"}),
+            "configs": list(state.configs)}
+
+
+def terms_digest(data: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def trailer_lines(target: str, scalar: float, metrics: dict[str, float], terms_sha: str | None = None) -> str:
+    """avo's trailer block: one ``key: value`` per line, values that cannot span lines.
+
+    ``terms_sha`` (v0 only) pins the run's terms in the lineage.
+    """
     # The target name is a single-line identifier (TargetSpec checks it); JSON escapes the
     # metric names, so no name can end a line and forge a trailer.
-    return f"{TARGET}: {target}\n{SCALAR}: {scalar!r}\n{METRICS}: {json.dumps(metrics)}\n"
+    pinned = f"{TERMS}: {terms_sha}\n" if terms_sha else ""
+    return f"{TARGET}: {target}\n{SCALAR}: {scalar!r}\n{METRICS}: {json.dumps(metrics)}\n{pinned}"
 
 
 @dataclass(frozen=True)
@@ -42,6 +61,7 @@ class Trailers:
 
     scalar: str | None
     metrics: str | None
+    terms: str | None = None
 
     @property
     def exact(self) -> bool:
@@ -105,4 +125,4 @@ def parse_trailers(message: str) -> Trailers:
         key, sep, value = line.partition(": ")
         if sep and key.startswith("avo-"):
             found[key] = value
-    return Trailers(found.get(SCALAR), found.get(METRICS))
+    return Trailers(found.get(SCALAR), found.get(METRICS), found.get(TERMS))

@@ -16,9 +16,10 @@ from avo.chain import RECOVERED
 from avo.contract import gain
 from avo.errors import RecordError
 from avo.lineage import BRANCH, read_commits, read_objects, ref_of
-from avo.record_check import SCORES_FILE, trajectory_findings
-from avo.record_format import parse_trailers
-from avo.state import RunPaths, RunState, Version, append_trajectory, read_trajectory, save_state
+from avo.models import TargetSpec
+from avo.record_check import SCORES_FILE, started_terms, trajectory_findings
+from avo.record_format import parse_trailers, terms
+from avo.state import RunOptions, RunPaths, RunState, Version, append_trajectory, read_trajectory, save_state
 
 
 def _versions_from_backup(paths: RunPaths, state: RunState) -> list[Version]:
@@ -75,6 +76,55 @@ def _changes(before: RunState, after: list[Version]) -> list[str]:
     return notes
 
 
+def _merged(recorded: Any, current: Any) -> Any:
+    if isinstance(recorded, dict) and isinstance(current, dict):
+        return {**current, **{k: _merged(v, current.get(k)) for k, v in recorded.items() if k in current}}
+    return recorded
+
+
+def _restore_terms(paths: RunPaths, state: RunState) -> list[str]:
+    """Put back the spec, options and configs the run started on (v0's commit pins them)."""
+    recorded, problem = started_terms(paths, state)
+    if problem:
+        return [f"cannot restore the run's terms: {problem}"]
+    if recorded is None:
+        return []
+    now = terms(state)
+    fixed = _merged(recorded, now)
+    notes = []
+    for part in ("target", "options", "configs"):
+        for key in sorted(set(now[part]) if isinstance(now[part], dict) else [""]):
+            before = now[part][key] if key else now[part]
+            after = fixed[part][key] if key else fixed[part]
+            if before != after:
+                notes.append(f"{part}{'.' + key if key else ''} {before!r} -> {after!r} (the terms v0's commit pins)")
+    state.target = TargetSpec.model_validate(fixed["target"])
+    state.options = RunOptions.model_validate({**fixed["options"], "max_steps": state.options.max_steps})
+    state.configs = list(fixed["configs"])
+    return notes
+
+
+def _restore_counters(paths: RunPaths, state: RunState) -> list[str]:
+    """Re-measurements and the supervisor's due state, as the trajectory records them."""
+    remeasured: dict[int, list[float]] = {}
+    due: str | None = None
+    for r in read_trajectory(paths):
+        if r.get("kind") == "submit" and isinstance(r.get("confirm"), dict) and isinstance(r.get("best_before"), int):
+            remeasured.setdefault(r["best_before"], []).extend(r["confirm"].get("best") or [])
+        elif r.get("kind") == "supervisor_due":
+            due = str(r.get("reason"))
+        elif r.get("kind") == "supervisor_record":
+            due = None
+    notes = []
+    if {k: v for k, v in state.remeasured.items() if v} != remeasured:
+        notes.append(f"re-measurements {state.remeasured} -> {remeasured} (from the trajectory)")
+        state.remeasured = remeasured
+    if due is not None and not state.supervisor.due:
+        notes.append(f"the supervisor is due again ({due}): the trajectory records no redirect since")
+        state.supervisor.due, state.supervisor.reason = True, due
+    return notes
+
+
 def rebuild_record(paths: RunPaths, state: RunState) -> list[str]:
     """Rebuild ``state``'s versions and best from the backup, save, and re-link the trajectory.
 
@@ -83,6 +133,8 @@ def rebuild_record(paths: RunPaths, state: RunState) -> list[str]:
     versions = _versions_from_backup(paths, state)
     notes = _changes(state, versions)
     state.versions, state.best = versions, len(versions) - 1
+    notes += _restore_terms(paths, state)
+    notes += _restore_counters(paths, state)
     steps = [r["step"] for r in read_trajectory(paths) if r.get("kind") == "submit" and isinstance(r.get("step"), int)]
     new_steps = max([state.steps, versions[-1].step, *steps])
     if new_steps != state.steps:

@@ -334,12 +334,12 @@ INDEX_REWRITER = textwrap.dedent("""
                    env=dict(env, GIT_INDEX_FILE=str(evil)), check=True)
     data = evil.read_bytes()
     while not stop.exists():
+        time.sleep(0.02)  # an agent at work, not a fork bomb
         for path in [*private.glob("index*"), private / "index"]:
             try:
                 path.write_bytes(data)
             except OSError:
                 pass
-        time.sleep(0.001)
 """)
 
 
@@ -363,9 +363,44 @@ def test_index_rewritten_during_submits_cannot_commit_an_unevaluated_tree(
         stop.touch()
         agent.wait(timeout=60)
     submits = [r for r in read_trajectory(run.paths) if r.get("kind") == "submit"]
-    assert len(submits) + len(errors) == 3 and submits, "\n".join(errors)
-    # Whatever the snapshot saw was evaluated, and exactly that (plus the scores) was committed.
+    # A clobbered snapshot index can make git refuse the snapshot (the agent spoils its own
+    # submit); it can never make avo commit a tree it did not evaluate.
+    assert len(submits) + len(errors) == 3
+    assert all(e.startswith("git ") for e in errors), errors
     _committed_trees_are_evaluated_plus_scores(run.paths.root)
+    assert avo("status")[0] == 0  # and the run stays usable
+
+
+def test_index_rewritten_inside_the_snapshot_is_what_gets_evaluated(
+    toy: Path, runs_root: Path, core_plugins: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from avo.lineage import Lineage
+
+    run = start_run(str(toy), runs_root)
+    work = run.paths.work
+    env = dict(os.environ, GIT_DIR=str(work / ".git"), GIT_WORK_TREE=str(work))
+    blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], input=b"X = 1e9\n", env=env,
+                          capture_output=True, check=True).stdout.decode().strip()
+    evil = tmp_path / "evil-index"
+    subprocess.run(["git", "update-index", "--add", "--cacheinfo", f"100644,{blob},solution.py"],
+                   env=dict(env, GIT_INDEX_FILE=str(evil)), check=True)
+    original = Lineage.git_bytes
+
+    def rewritten_before_write_tree(self: Lineage, *args: str, **kwargs):  # type: ignore[no-untyped-def]
+        if args[:1] == ("write-tree",) and kwargs.get("index") is not None:
+            Path(kwargs["index"]).write_bytes(evil.read_bytes())  # the worst moment to strike
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Lineage, "git_bytes", rewritten_before_write_tree)
+    set_constants(work, x=6)
+    out = submit(run, "X=6")
+    # The rewritten index became the snapshot, so that is what was evaluated (it fails the
+    # gate: no square()), recorded under its own tree, and nothing was committed.
+    record = [r for r in read_trajectory(run.paths) if r.get("kind") == "submit"][-1]
+    assert out.outcome == "failed" and record["tree"] != open_run(run.paths.root, runs_root).state.versions[0].tree
+    assert "solution.py" in git(work, "ls-tree", "--name-only", record["tree"])
+    assert git(work, "show", f"{record['tree']}:solution.py") == "X = 1e9"
+    assert len(open_run(run.paths.root, runs_root).state.versions) == 1
 
 
 def test_index_rewritten_during_the_evaluation_changes_nothing_committed(
@@ -527,3 +562,34 @@ def test_a_kill_between_the_two_writes_of_an_append_is_healed(
     assert avo("status")[0] == 0
     ids = [r.get("id") for r in read_trajectory(run.paths)]
     assert "written-before-the-kill" in ids and ids[-1] == "step3"
+
+
+def test_edited_terms_are_refused_then_restored(toy: Path, runs_root: Path, core_plugins: None) -> None:
+    run = started(toy, runs_root)
+    # Flip the direction, widen the noise band and raise the work limit: all pinned by v0.
+    edit_json(run.paths.run_json, lambda d: (d["target"].update(direction="minimize"),
+                                             d["options"]["noise"].update(band=0.5),
+                                             d["target"]["work_limits"].update(files=10**9)))
+    code, out = avo("status")
+    assert code == 1
+    assert "run.json's target.direction is 'minimize', but the run started with 'maximize'" in out
+    assert "run.json's options.noise.band is 0.5, but the run started with 0.0" in out
+    assert "run.json's target.work_limits.files is 1000000000" in out
+    code, out = avo("recover")
+    assert code == 0 and "target.direction 'minimize' -> 'maximize'" in out, out
+    state = open_run(run.paths.root, runs_root).state
+    assert state.target.direction == "maximize" and state.options.noise.band == 0.0
+    # The budget is the one term that may change (avo evolve --max-steps): not refused.
+    edit_json(run.paths.run_json, lambda d: d["options"].update(max_steps=50))
+    assert avo("status")[0] == 0
+
+
+def test_counters_that_steer_the_policy_are_checked(toy: Path, runs_root: Path, core_plugins: None) -> None:
+    run = started(toy, runs_root)
+    # Fake re-measurements of the best would move the reference a candidate is compared with.
+    edit_json(run.paths.run_json, lambda d: d.update(remeasured={"1": [0.1, 0.1]}))
+    code, out = avo("status")
+    assert code == 1 and "re-measurements of the best {1: [0.1, 0.1]} are not those the trajectory records {}" in out
+    code, out = avo("recover")
+    assert code == 0 and "re-measurements {1: [0.1, 0.1]} -> {} (from the trajectory)" in out, out
+    assert avo("status")[0] == 0
