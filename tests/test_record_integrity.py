@@ -262,7 +262,7 @@ def test_read_only_commands_write_nothing_in_the_run(
     code, out = avo("status")
     assert code == 0 and "work/ has uncommitted changes" in out
     for command in (("log",), ("log", "--attempts"), ("prompt",), ("status", "--json"),
-                    ("report", "--no-plot", "-o", str(tmp_path / "r.html"))):
+                    ("report", "--no-plot", "-o", str(tmp_path / "r.html")), ("plot", "-o", str(tmp_path / "p.png"))):
         code, out = avo(*command)
         assert code == 0, (command, out)
     assert _listing(run.paths.root) == before
