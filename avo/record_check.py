@@ -22,7 +22,7 @@ from avo.record_format import parse_trailers, scores_file, terms, terms_digest
 from avo.state import RunPaths, RunState, Version, load_state, read_trajectory
 
 SCORES_FILE = f"{META_DIR}/scores.jsonl"
-_RETRIES, _PAUSE_S = 3, 0.2
+_RETRIES, _PAUSE_S = 5, 0.2  # a submit between two writes is done in far less than that
 
 
 def _num(x: float | None) -> str:
