@@ -28,10 +28,12 @@ from avo.contract import failed, gain
 from avo.errors import AvoError, BlockedError
 from avo.evaluation import Evaluation, Runtime, evaluate_dir, measure_baselines
 from avo.integrity import compare, hash_tree
-from avo.lineage import META_DIR, CandidateError, Lineage, diff_fingerprint
+from avo.lineage import META_DIR, CandidateError, Lineage, diff_fingerprint, foreign_git_dir
 from avo.models import TargetSpec
 from avo.policy import confirm, first_look
 from avo.prompts import fmt_number
+from avo.record_check import check_record
+from avo.record_format import scores_line, terms, terms_digest, trailer_lines
 from avo.state import (
     Baseline,
     RunOptions,
@@ -39,6 +41,7 @@ from avo.state import (
     RunState,
     Version,
     append_trajectory,
+    heal_trajectory,
     list_runs,
     load_state,
     read_trajectory,
@@ -47,6 +50,7 @@ from avo.state import (
     save_state,
     write_json_atomic,
 )
+from avo.work_guard import check_work_limits
 
 SCORES_FILE = f"{META_DIR}/scores.jsonl"
 NOTES_TEMPLATE = """# NOTES
@@ -240,23 +244,18 @@ def _evaluate_tree(run: Run, tree: str, label: str, *, screening: bool = False) 
     return evaluation
 
 
-def _scores_line(v: Version) -> str:
-    return json.dumps({"version": f"v{v.n}", "scalar": v.scalar, "metrics": v.metrics,
-                       "message": v.message, "step": v.step, "time": v.time}) + "\n"
-
-
 def _tags(state: RunState) -> dict[str, str]:
     return {f"v{v.n}": v.sha for v in state.versions}
 
 
 def _commit_message(n: int, message: str, scalar: float, metrics: dict[str, float], target: str,
-                    sandbox: str) -> str:
-    vector = ", ".join(f"{k}={v:.6g}" for k, v in metrics.items())
+                    sandbox: str, terms_sha: str | None = None) -> str:
     # The first line is the subject `git log --oneline` shows; further lines are the body.
+    # avo's trailers come last, as their own paragraph, in a format that round-trips exactly.
     subject, _, body = message.strip().partition("\n")
     body = f"{body.strip()}\n\n" if body.strip() else ""
     return (f"v{n}: {subject.strip() or '(no message)'}\n\n{body}"
-            f"avo-target: {target}\navo-scalar: {scalar:.6g}\navo-metrics: {vector}\navo-sandbox: {sandbox}\n")
+            + trailer_lines(target, scalar, metrics, terms_sha, sandbox=sandbox))
 
 
 def _usage_add(state: RunState, usage: dict[str, Any] | None) -> None:
@@ -268,10 +267,16 @@ def _usage_add(state: RunState, usage: dict[str, Any] | None) -> None:
 # -- opening and recovery ------------------------------------------------------------------
 
 
-def open_run(ref: str | Path | None, runs_root: Path) -> Run:
-    """Open a run (newest when ``ref`` is ``None``) without taking the lock."""
+def open_run(ref: str | Path | None, runs_root: Path, *, check: bool = True) -> Run:
+    """Open a run (newest when ``ref`` is ``None``) without taking the lock.
+
+    ``check``: refuse a record that disagrees with its lineage (:mod:`avo.record_check`);
+    only ``avo recover`` opens one unchecked. Writes nothing.
+    """
     paths = resolve_run(ref, runs_root)
-    return Run(paths, load_state(paths))
+    if not check:
+        return Run(paths, load_state(paths, validate=False))
+    return Run(paths, check_record(paths, load_state(paths), locked=False))
 
 
 def _kill_orphan_evaluator(paths: RunPaths) -> None:
@@ -292,56 +297,73 @@ def _kill_orphan_evaluator(paths: RunPaths) -> None:
     pid_file.unlink(missing_ok=True)
 
 
-def recover(run: Run) -> list[str]:
-    """Bring the run to a consistent state after a kill; restore tags an agent moved.
-
-    Called under the lock at the start of every mutating command. Returns what it did.
-    """
-    notes: list[str] = []
-    paths, state = run.paths, run.state
+def _clean_scratch(paths: RunPaths) -> None:
+    """Under the lock no other command is running: its evaluator and temporary indexes are stale."""
     _kill_orphan_evaluator(paths)
     shutil.rmtree(paths.private / "eval", ignore_errors=True)
-    lineage = run.lineage
-    if not (paths.work / ".git").exists():
-        if not lineage.restore_from(paths.backup):
-            raise AvoError(
-                f"{paths.work}/.git is gone: the lineage repository was deleted. The record in "
-                f"{paths.run_json.name} still lists v0..v{len(state.versions) - 1}, but their files lived "
-                "there; restore work/.git from a backup, or start a new run (agents must not touch .git)."
-            )
-        lineage.move_branch(state.best_version.sha)  # the files in work/ stay: they are the candidate
+    for stale in paths.private.glob("index-*"):
+        stale.unlink(missing_ok=True)
+
+
+def _regain_git_dir(run: Run, notes: list[str]) -> bool:
+    """Make work/.git avo's own repository again; True when it had to be re-created."""
+    paths, state, lineage = run.paths, run.state, run.lineage
+    foreign = foreign_git_dir(paths.work)
+    if foreign:
+        aside = lineage.displace_git_dir(paths.private / "displaced")
+        notes.append(f"{foreign}: avo never writes through it. Moved it aside, untouched, to "
+                     f"{aside.relative_to(paths.root)} and restored v0..v{len(state.versions) - 1} from avo's "
+                     "private backup (the files in work/ are kept as the candidate)")
+    if os.path.lexists(paths.work / ".git"):
+        return False
+    if not lineage.restore_from(paths.backup):
+        raise AvoError(
+            f"{paths.work}/.git is gone: the lineage repository was deleted. The record in "
+            f"{paths.run_json.name} still lists v0..v{len(state.versions) - 1}, but their files lived "
+            "there; restore work/.git from a backup, or start a new run (agents must not touch .git)."
+        )
+    if not foreign:
         notes.append(f"work/.git was deleted; restored v0..v{len(state.versions) - 1} from avo's private "
                      "backup (the files in work/ are kept as the candidate)")
-    if paths.journal.exists():
-        try:
-            journal = json.loads(paths.journal.read_text())
-        except (OSError, json.JSONDecodeError):
-            journal = {}
-        step = int(journal.get("step", -1))
-        record = journal.get("record")
-        done = state.steps >= step
-        if done:
-            if journal.get("kind") == "accept":
-                lineage.move_branch(state.best_version.sha)
-                lineage.backup(paths.backup, state.best_version.sha)
-            else:
-                lineage.reset_hard(state.best_version.sha)
-            ids = {r.get("id") for r in read_trajectory(paths)[-5:]}
-            if record and record.get("id") not in ids:
-                append_trajectory(paths, record)
-            notes.append(f"finished recording step {step} interrupted after its decision")
+    return True
+
+
+def _finish_journal(run: Run, notes: list[str]) -> None:
+    """Finish or undo a submit that was killed half-way (its journal says how far it got)."""
+    paths, state, lineage = run.paths, run.state, run.lineage
+    try:
+        journal = json.loads(paths.journal.read_text())
+    except (OSError, json.JSONDecodeError):
+        journal = {}
+    step = int(journal.get("step", -1))
+    record = journal.get("record")
+    done = state.steps >= step
+    if done:
+        if journal.get("kind") == "accept":
+            lineage.move_branch(state.best_version.sha)
+            lineage.backup(paths.backup, state.best_version.sha)
         else:
-            if journal.get("kind") == "accept":
-                lineage.move_branch(state.best_version.sha)  # the work tree keeps the candidate
-            diff_path = journal.get("diff_path")
-            if diff_path:
-                Path(diff_path).unlink(missing_ok=True)
-            append_trajectory(paths, {"kind": "interrupted", "id": f"interrupted-{step}", "step": step,
-                                      "note": "a submit was killed before its decision was recorded; "
-                                              "the candidate is still in work/"})
-            notes.append(f"a submit of step {step} was interrupted before its decision; "
-                         "the candidate is back in work/ uncommitted")
-        paths.journal.unlink(missing_ok=True)
+            lineage.reset_hard(state.best_version.sha)
+        ids = {r.get("id") for r in read_trajectory(paths)[-5:]}
+        if record and record.get("id") not in ids:
+            append_trajectory(paths, record)
+        notes.append(f"finished recording step {step} interrupted after its decision")
+    else:
+        if journal.get("kind") == "accept":
+            lineage.move_branch(state.best_version.sha)  # the work tree keeps the candidate
+        diff_path = journal.get("diff_path")
+        if diff_path:
+            Path(diff_path).unlink(missing_ok=True)
+        append_trajectory(paths, {"kind": "interrupted", "id": f"interrupted-{step}", "step": step,
+                                  "note": "a submit was killed before its decision was recorded; "
+                                          "the candidate is still in work/"})
+        notes.append(f"a submit of step {step} was interrupted before its decision; "
+                     "the candidate is back in work/ uncommitted")
+    paths.journal.unlink(missing_ok=True)
+
+
+def _restore_commits(run: Run, notes: list[str]) -> None:
+    paths, state, lineage = run.paths, run.state, run.lineage
     gone = set(lineage.missing_commits([v.sha for v in state.versions]))
     if gone and lineage.restore_from(paths.backup):
         gone = set(lineage.missing_commits([v.sha for v in state.versions]))
@@ -353,10 +375,71 @@ def recover(run: Run) -> list[str]:
             f"the lineage in {paths.work} lost accepted commits {missing} (objects deleted). "
             "The record in run.json still lists them; restore work/.git from a backup."
         )
-    repaired = lineage.set_tags(_tags(state))
+
+
+def recover(run: Run) -> list[str]:
+    """Bring the run to a consistent state after a kill; restore tags an agent moved.
+
+    Called under the lock at the start of every mutating command. Refuses (RecordError) a
+    record that disagrees with the lineage. Returns what it did.
+    """
+    notes: list[str] = []
+    paths, state = run.paths, run.state
+    _clean_scratch(paths)
+    recreated = _regain_git_dir(run, notes)
+    notes += heal_trajectory(paths, state)
+    interrupted = paths.journal.exists()
+    if not interrupted:  # a record checked before avo acts on it (with a journal: after)
+        check_record(paths, state, locked=True)
+    if recreated:
+        run.lineage.move_branch(state.best_version.sha)  # the files in work/ stay: they are the candidate
+    if interrupted:
+        _finish_journal(run, notes)
+    _restore_commits(run, notes)
+    if interrupted:
+        check_record(paths, state, locked=True)
+    repaired = run.lineage.set_tags(_tags(state))
     if repaired:
         notes.append(f"restored tags from the record: {', '.join(repaired)}")
     return notes
+
+
+def restore_record(run: Run) -> list[str]:
+    """``avo recover``: rebuild run.json's versions and best from avo's private backup.
+
+    The backup holds what was committed, so it wins over run.json and work/.git. Trajectory
+    lines that are broken or disagree are named in an appended ``recovered`` record (never
+    deleted). Also does what every command's :func:`recover` does. Returns what it did.
+    """
+    from avo.record_rebuild import rebuild_record
+
+    with run_lock(run.paths):
+        run.state = state = load_state(run.paths, validate=False)
+        if not state.versions:
+            raise AvoError(f"{run.paths.run_json} lists no versions; there is no run to recover")
+        state.best = len(state.versions) - 1 if not 0 <= state.best < len(state.versions) else state.best
+        notes: list[str] = []
+        _clean_scratch(run.paths)
+        recreated = _regain_git_dir(run, notes)
+        notes += heal_trajectory(run.paths, state)
+        if run.paths.journal.exists():
+            _finish_journal(run, notes)
+        if not (run.paths.backup / "HEAD").exists():
+            run.lineage.backup(run.paths.backup, state.versions[-1].sha)
+            notes.append("avo's private backup was missing; re-created it from work/.git, which the agent "
+                         "can write: check `git log` there before trusting this run")
+        changed = rebuild_record(run.paths, state)
+        run.state = state = load_state(run.paths)
+        _restore_commits(run, notes)
+        if recreated or run.lineage.head() != state.best_version.sha:
+            run.lineage.move_branch(state.best_version.sha)  # the files in work/ stay: the candidate
+        repaired = run.lineage.set_tags(_tags(state))
+        if repaired:
+            notes.append(f"restored tags from the record: {', '.join(repaired)}")
+        check_record(run.paths, state, locked=True)
+        if not changed:
+            notes.append("the record agrees with avo's private backup; run.json's versions were kept")
+        return notes + changed
 
 
 # -- start -----------------------------------------------------------------------------------
@@ -470,9 +553,11 @@ def start_run(
     v0 = Version(n=0, sha="", tree="", scalar=evaluation.scalar, metrics=evaluation.result.metrics,
                  message="seed x_0" if origin is None else f"seed from {origin}", step=0,
                  time=time.time(), notes=evaluation.result.notes, new_best=True)
-    final_tree = lineage.tree_with_file(tree, SCORES_FILE, _scores_line(v0).encode())
+    final_tree = lineage.tree_with_file(tree, SCORES_FILE, scores_line(v0).encode())
+    started_on = terms(state)
     sha = lineage.commit_tree(final_tree, None, _commit_message(0, v0.message, v0.scalar, v0.metrics, spec.name,
-                                                                         state.sandbox))
+                                                                terms_digest(started_on)))
+    lineage.verify_commit_tree(sha, tree, SCORES_FILE, scores_line(v0).encode())
     lineage.reset_hard(sha)
     v0 = v0.model_copy(update={"sha": sha, "tree": final_tree})
     state.versions.append(v0)
@@ -480,7 +565,7 @@ def start_run(
     lineage.backup(paths.backup, sha)
     save_state(paths, state)
     append_trajectory(paths, {"kind": "start", "id": "start", "target": spec.name, "origin": origin,
-                              "options": options.model_dump()})
+                              "options": options.model_dump(), "terms": started_on})
     append_trajectory(paths, {"kind": "eval", "id": "seed", "step": 0, "tree": tree, "scalar": v0.scalar,
                               "metrics": v0.metrics, "correct": True, "wall_s": round(evaluation.wall_s, 3),
                               "sandbox": state.sandbox,
@@ -522,6 +607,7 @@ def evaluate_work(run: Run, *, quick: bool = False) -> EvalReport:
         run.state = load_state(run.paths)
         recover(run)
         check_integrity(run)
+        check_work_limits(run.paths.work, run.state.target.work_limits)
         tree = run.lineage.snapshot_tree()
         n = run.state.evaluations + 1
         screening = quick and not run.state.options.quick
@@ -614,6 +700,7 @@ def submit(
         if head != best.sha:
             notes.append(f"work/ HEAD was moved off v{best.n} (agent commits or resets); "
                          "its content is taken as one candidate")
+        check_work_limits(paths.work, state.target.work_limits)
         tree = lineage.snapshot_tree()
         diff = lineage.diff(best.sha, tree)
         if not diff.strip():
@@ -684,12 +771,15 @@ def submit(
             version = Version(n=n, sha="", tree="", scalar=scalar, metrics=evaluation.result.metrics,
                               message=message, step=step, time=time.time(), notes=evaluation.result.notes,
                               spread=evaluation.result.spread, new_best=new_best)
-            scores = "".join(_scores_line(v) for v in [*state.versions, version])
+            scores = "".join(scores_line(v) for v in [*state.versions, version])
+            # Built from tree objects, no index: nothing another process writes can change it;
+            # verified anyway before anything points at it.
             final_tree = lineage.tree_with_file(tree, SCORES_FILE, scores.encode())
             sha = lineage.commit_tree(final_tree, best.sha,
                                       _commit_message(n, message, scalar, version.metrics, state.target.name,
                                                                       state.sandbox))
-            version = version.model_copy(update={"sha": sha, "tree": final_tree})
+            lineage.verify_commit_tree(sha, tree, SCORES_FILE, scores.encode())
+            version = version.model_copy(update={"sha": sha, "tree": lineage.tree_of(sha)})
             record["version"] = n
             write_json_atomic(paths.journal, json.dumps({"kind": "accept", "step": step, "record": record}))
             lineage.move_branch(sha)
@@ -704,8 +794,9 @@ def submit(
             _update_supervisor(state, None, outcome)
             save_state(paths, state)  # the commit point
             append_trajectory(paths, record)
-            paths.journal.unlink(missing_ok=True)
+            # Before the journal goes: a kill or a failed copy here is finished by recover().
             lineage.backup(paths.backup, sha)
+            paths.journal.unlink(missing_ok=True)
         else:
             diff_path = paths.rejected / f"step{step:04d}-{outcome}.diff"
             header = f"# step {step} {outcome}: {message}\n# {reason}\n"
@@ -793,6 +884,7 @@ def write_brief(run: Run) -> tuple[Path, str]:
 
     with run_lock(run.paths):
         run.state = load_state(run.paths)
+        recover(run)
         sup = run.state.supervisor
         sup.briefs += 1
         text = supervisor_brief(run)

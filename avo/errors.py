@@ -24,3 +24,7 @@ class BlockedError(AvoError):
     def __init__(self, message: str, reason: str = "") -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class RecordError(AvoError):
+    """run.json, the trajectory and the lineage disagree: the record was edited or damaged."""

@@ -67,6 +67,19 @@ class NoiseSpec(BaseModel):
     confirm_runs: int = Field(3, ge=1, le=50)
 
 
+class WorkLimits(BaseModel):
+    """How much ``work/`` may hold when avo snapshots it (checked before every snapshot).
+
+    A candidate is source code: 100k files or a 300 MB blob is a mistake (a build folder, a
+    dataset, a core dump) that would make every snapshot, diff and backup slow and huge.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    files: int = Field(20_000, gt=0, description="Most files in work/ (outside .git)")
+    bytes: int = Field(256 * 1024 * 1024, gt=0, description="Most bytes in work/ (outside .git)")
+
+
 class TargetSpec(BaseModel):
     """What a target announces through ``avo_targets`` (or a ``target.yaml``)."""
 
@@ -81,6 +94,7 @@ class TargetSpec(BaseModel):
     baseline_timeout: float = Field(3600.0, gt=0)
     has_baselines: bool = False
     limits: ResourceLimits = Field(default_factory=ResourceLimits)
+    work_limits: WorkLimits = Field(default_factory=WorkLimits)
     noise: NoiseSpec = Field(default_factory=NoiseSpec)
     stall_limit: int = Field(3, ge=1, description="Steps without a new best before the supervisor")
     requirements: list[str] = Field(

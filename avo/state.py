@@ -1,7 +1,8 @@
 """A run on disk: paths, ``run.json`` (atomic), ``trajectory.jsonl`` (append-only), the lock.
 
 What avo believes about the lineage lives here, outside ``work/``, so nothing an agent does
-inside the work tree can change the record.
+inside the work tree can change the record. The trajectory is a hash chain whose head
+``run.json`` keeps (:mod:`avo.chain`), so an edit of either is found.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from avo.chain import ChainHead, acknowledged, line_hash, link_fields, parse, split_lines
 from avo.errors import AvoError, BlockedError
 from avo.models import NoiseSpec, TargetSpec
 
@@ -99,6 +101,8 @@ class RunState(BaseModel):
     sandbox: str = "none"
     # Mixed with each candidate's digest into inputs it cannot know in advance (avo.eval_inputs).
     eval_secret: str | None = None
+    # The trajectory's last line (its number and hash); written by append_trajectory only.
+    chain: ChainHead | None = None
 
     @property
     def best_version(self) -> Version:
@@ -227,14 +231,16 @@ def _record_problem(state: RunState) -> str | None:
     return None
 
 
-def load_state(paths: RunPaths) -> RunState:
+def load_state(paths: RunPaths, *, validate: bool = True) -> RunState:
+    """``run.json`` as a :class:`RunState`; ``validate=False`` skips the consistency check
+    (``avo recover`` reads a record it is about to rebuild)."""
     try:
         state = RunState.model_validate_json(paths.run_json.read_bytes())
     except FileNotFoundError:
         raise AvoError(f"{paths.run_json} is missing; {paths.root} is not an avo run") from None
     except ValueError as exc:
         raise AvoError(f"{paths.run_json} is unreadable: {exc}") from None
-    problem = _record_problem(state)
+    problem = _record_problem(state) if validate else None
     if problem:
         raise AvoError(f"{paths.run_json} is corrupt: {problem}")
     return state
@@ -255,31 +261,107 @@ def write_json_atomic(path: Path, data: str) -> None:
         os.close(dir_fd)
 
 
+def _disk_head(paths: RunPaths) -> ChainHead | None:
+    try:
+        raw = json.loads(paths.run_json.read_bytes()).get("chain")
+        return ChainHead.model_validate(raw) if raw else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+@contextmanager
+def _record_lock(paths: RunPaths) -> Iterator[None]:
+    """Held for the moment of one write of run.json or the trajectory.
+
+    Some records are appended without the run's lock (``avo evolve`` notes between steps):
+    this short lock keeps such an append from forking the chain or from writing back an
+    older run.json over a submit's commit point.
+    """
+    paths.private.mkdir(parents=True, exist_ok=True)
+    fd = os.open(paths.private / "record.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def save_state(paths: RunPaths, state: RunState) -> None:
-    write_json_atomic(paths.run_json, state.model_dump_json(indent=1))
+    """Write ``run.json``; the chain head on disk is kept (only an append moves it)."""
+    with _record_lock(paths):
+        head = _disk_head(paths)
+        if head is not None:
+            state.chain = head
+        write_json_atomic(paths.run_json, state.model_dump_json(indent=1))
+
+
+def _set_head(paths: RunPaths, head: ChainHead) -> None:
+    try:
+        data = json.loads(paths.run_json.read_bytes())
+    except FileNotFoundError:
+        return
+    data["chain"] = head.model_dump()
+    write_json_atomic(paths.run_json, json.dumps(data, indent=1))
+
+
+def _set_aside_torn(paths: RunPaths, data: bytes) -> tuple[list[bytes], str | None]:
+    """The complete lines; a torn tail (a kill mid-write) is moved into avo's private folder."""
+    lines, torn = split_lines(data)
+    if not torn:
+        return lines, None
+    paths.private.mkdir(parents=True, exist_ok=True)
+    aside = paths.private / f"torn-trajectory-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
+    aside.write_bytes(torn)
+    with open(paths.trajectory, "r+b") as fh:
+        fh.truncate(len(data) - len(torn))
+        os.fsync(fh.fileno())
+    return lines, f"a torn last line of trajectory.jsonl (a kill mid-write) was moved to {aside.name}"
 
 
 def append_trajectory(paths: RunPaths, record: dict[str, Any]) -> None:
-    """Append one record (flushed and synced): the trajectory survives every reset."""
-    record = {"time": round(time.time(), 3), **record}
-    line = json.dumps(record, sort_keys=False, default=str) + "\n"
-    with open(paths.trajectory, "a", encoding="utf-8") as fh:
-        fh.write(line)
-        fh.flush()
-        os.fsync(fh.fileno())
+    """Append one chained record (flushed and synced), then move run.json's chain head.
+
+    Called under the run's lock: the trajectory survives every reset, and a kill between
+    the two writes leaves one line past the head, which the next command adopts.
+    """
+    with _record_lock(paths):
+        data = paths.trajectory.read_bytes() if paths.trajectory.exists() else b""
+        lines, _ = _set_aside_torn(paths, data)
+        record = {"time": round(time.time(), 3), **record, **link_fields(lines)}
+        line = json.dumps(record, sort_keys=False, default=str).encode()
+        with open(paths.trajectory, "ab") as fh:
+            fh.write(line + b"\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        _set_head(paths, ChainHead(count=len(lines) + 1, sha=line_hash(line)))
+
+
+def heal_trajectory(paths: RunPaths, state: RunState) -> list[str]:
+    """Under the lock: set a torn tail aside and adopt lines written past the head."""
+    with _record_lock(paths):
+        state.chain = _disk_head(paths) or state.chain  # the caller's copy may predate an append
+        if not paths.trajectory.exists():
+            return []
+        lines, note = _set_aside_torn(paths, paths.trajectory.read_bytes())
+        notes = [note] if note else []
+        head = state.chain
+        if head is not None and 0 < head.count < len(lines) and line_hash(lines[head.count - 1]) == head.sha:
+            new = ChainHead(count=len(lines), sha=line_hash(lines[-1]))
+            _set_head(paths, new)
+            state.chain = new
+            notes.append(f"adopted {len(lines) - head.count} trajectory line(s) written after the last "
+                         "recorded one (a command was killed between its two writes)")
+        return notes
 
 
 def read_trajectory(paths: RunPaths) -> list[dict[str, Any]]:
-    """Every trajectory record; a torn last line (a kill mid-write) is skipped."""
+    """Every trajectory record, except a torn last line and lines ``avo recover`` set aside."""
     if not paths.trajectory.exists():
         return []
-    out = []
-    for line in paths.trajectory.read_text(encoding="utf-8").splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out
+    lines, _ = split_lines(paths.trajectory.read_bytes())
+    records = [parse(line) for line in lines]
+    aside = acknowledged(records)
+    return [r for n, r in enumerate(records, 1) if r is not None and n not in aside]
 
 
 @contextmanager

@@ -178,11 +178,14 @@ def test_deleted_git_dir_never_reaches_an_enclosing_repository(toy: Path, tmp_pa
     shutil.rmtree(run.paths.work / ".git")
     shutil.rmtree(run.paths.backup)  # a run without avo's backup (or with it deleted as well)
     set_constants(run.paths.work, x=6)
+    # With avo's backup gone the record cannot be checked: even status says so, and refuses.
     code, out = avo("status", "--runs-dir", str(runs))
-    assert code == 0 and "work/ has uncommitted changes" not in out
+    assert code == 1 and "private backup .avo/lineage.git is missing" in out, out
     for command in (("eval",), ("submit", "-m", "after .git was deleted"), ("revert",)):
         code, out = avo(*command, "--runs-dir", str(runs))
-        assert code == 1 and "work/.git is gone: the lineage repository was deleted" in out, out
+        assert code == 1 and "private backup .avo/lineage.git is missing" in out, out
+    code, out = avo("recover", "--runs-dir", str(runs))
+    assert code == 1 and "work/.git is gone: the lineage repository was deleted" in out, out
     assert git(project, "count-objects", "-v") == objects_before
     assert git(project, "status", "--porcelain", "--untracked-files=no") == ""
 

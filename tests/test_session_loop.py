@@ -39,7 +39,7 @@ def test_full_session_loop(toy: Path, runs_root: Path, core_plugins: None) -> No
     assert out.outcome == "accepted" and out.version is not None and out.version.n == 1
     assert git(paths.work, "tag").split() == ["v0", "v1"]
     message = git(paths.work, "log", "-1", "--format=%B", "v1")
-    assert message.startswith("v1: move X towards the optimum") and "config_a=" in message
+    assert message.startswith("v1: move X towards the optimum") and 'avo-metrics: {"config_a": ' in message
     scores = [json.loads(x) for x in git(paths.work, "show", "v1:.avo/scores.jsonl").splitlines()]
     assert [s["version"] for s in scores] == ["v0", "v1"]
     assert "X = 6" in git(paths.work, "show", "v1:solution.py")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from avo.cli import evolve, examples, info, mcp_cmd, report, session, supervisor
+from avo.cli import evolve, examples, info, mcp_cmd, record, report, session, supervisor
 
 app = typer.Typer(
     name="avo",
@@ -18,6 +18,7 @@ app = typer.Typer(
 
 info.register(app)
 session.register(app)
+record.register(app)
 app.add_typer(supervisor.app, name="supervisor")
 evolve.register(app)
 mcp_cmd.register(app)

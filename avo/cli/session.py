@@ -185,6 +185,10 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
 
         with user_errors():
             r = open_run(run, runs_root(runs_dir))
+            from avo.record_check import describe_flags
+
+            for flag in describe_flags(r.paths):  # lines `avo recover` found broken: named, not shown
+                err.print(f"note: {flag}", markup=False)
             if json_out:
                 data: Any = [v.model_dump() for v in r.state.versions]
                 if attempts:

@@ -1,0 +1,156 @@
+"""``avo recover``: rebuild run.json's versions from avo's private backup; re-link the trajectory.
+
+The backup (``.avo/lineage.git``) holds what was actually committed: each version's commit,
+its trailers and its ``.avo/scores.jsonl``. The versions and the best are rebuilt from it
+(the backup wins over run.json and over work/.git). No trajectory line is deleted: a
+``recovered`` record names every broken line with the hash it had, so those lines are
+flagged from then on, and re-links the chain.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from avo.chain import RECOVERED
+from avo.contract import gain
+from avo.errors import RecordError
+from avo.lineage import BRANCH, read_commits, read_objects, ref_of
+from avo.models import TargetSpec
+from avo.record_check import SCORES_FILE, started_terms, trajectory_findings
+from avo.record_format import parse_trailers, terms
+from avo.state import RunOptions, RunPaths, RunState, Version, append_trajectory, read_trajectory, save_state
+
+
+def _versions_from_backup(paths: RunPaths, state: RunState) -> list[Version]:
+    main = ref_of(paths.backup, f"refs/heads/{BRANCH}") if (paths.backup / "HEAD").exists() else None
+    if main is None:
+        raise RecordError(f"avo's private backup {paths.backup} is missing or empty, so there is nothing to "
+                          "rebuild the record from; restore the run folder from a copy of your own")
+    chain = read_commits(paths.backup, main)
+    files = read_objects(paths.backup, [f"{c.sha}:{SCORES_FILE}" for c in chain])
+    old = {v.sha: v for v in state.versions}
+    versions: list[Version] = []
+    for i, (c, raw) in enumerate(zip(chain, files, strict=True)):
+        lines = (raw or b"").decode("utf-8", "replace").splitlines()
+        try:
+            line: dict[str, Any] = json.loads(lines[-1]) if lines else {}
+        except ValueError:
+            line = {}
+        trailers = parse_trailers(c.message)
+        if line.get("version") != f"v{i}":
+            raise RecordError(f"commit {c.sha[:12]} in avo's private backup is version {i} of its lineage, but its "
+                              f"{SCORES_FILE} does not end with v{i}'s line; the backup itself is damaged")
+        scalar = float(line["scalar"])
+        metrics = {str(k): float(x) for k, x in line.get("metrics", {}).items()}
+        if not (trailers.scalar_matches(scalar) and trailers.metrics_match(metrics)):
+            raise RecordError(f"commit {c.sha[:12]} in avo's private backup carries trailers that disagree with "
+                              f"its own {SCORES_FILE}; the backup itself is damaged")
+        prior = old.get(c.sha)
+        # Each version becomes the best, so "new best" means better than the one before it.
+        new_best = prior.new_best if prior else (
+            not versions or gain(scalar, versions[-1].scalar, state.target.direction) > 0)
+        versions.append(Version(
+            n=i, sha=c.sha, tree=c.tree, scalar=scalar, metrics=metrics, message=str(line.get("message", "")),
+            step=int(line.get("step", 0)), time=float(line.get("time", 0.0)),
+            notes=prior.notes if prior else None, spread=prior.spread if prior else None, new_best=new_best))
+    return versions
+
+
+def _changes(before: RunState, after: list[Version]) -> list[str]:
+    notes = []
+    new = {v.sha: v for v in after}
+    for v in before.versions:
+        if v.sha not in new:
+            notes.append(f"dropped run.json's v{v.n} (commit {v.sha[:12] or 'none'}): avo's backup does not "
+                         "hold it")
+            continue
+        w = new[v.sha]
+        for key in ("n", "scalar", "metrics", "message", "step", "tree"):
+            if getattr(v, key) != getattr(w, key):
+                notes.append(f"v{w.n}: {key} {getattr(v, key)!r} -> {getattr(w, key)!r} (from its commit)")
+    olds = {v.sha for v in before.versions}
+    notes += [f"restored v{w.n} (commit {w.sha[:12]}) from avo's backup" for w in after if w.sha not in olds]
+    if before.best != len(after) - 1:
+        notes.append(f"best v{before.best} -> v{len(after) - 1}")
+    return notes
+
+
+def _merged(recorded: Any, current: Any) -> Any:
+    if isinstance(recorded, dict) and isinstance(current, dict):
+        return {**current, **{k: _merged(v, current.get(k)) for k, v in recorded.items() if k in current}}
+    return recorded
+
+
+def _restore_terms(paths: RunPaths, state: RunState) -> list[str]:
+    """Put back the spec, options and configs the run started on (v0's commit pins them)."""
+    recorded, problem = started_terms(paths, state)
+    if problem:
+        return [f"cannot restore the run's terms: {problem}"]
+    if recorded is None:
+        return []
+    now = terms(state)
+    fixed = _merged(recorded, now)
+    notes = []
+    for part in ("target", "options", "configs"):
+        for key in sorted(set(now[part]) if isinstance(now[part], dict) else [""]):
+            before = now[part][key] if key else now[part]
+            after = fixed[part][key] if key else fixed[part]
+            if before != after:
+                notes.append(f"{part}{'.' + key if key else ''} {before!r} -> {after!r} (the terms v0's commit pins)")
+    state.target = TargetSpec.model_validate(fixed["target"])
+    state.options = RunOptions.model_validate({**fixed["options"], "max_steps": state.options.max_steps})
+    state.configs = list(fixed["configs"])
+    return notes
+
+
+def _restore_counters(paths: RunPaths, state: RunState) -> list[str]:
+    """Re-measurements and the supervisor's due state, as the trajectory records them."""
+    remeasured: dict[int, list[float]] = {}
+    due: str | None = None
+    for r in read_trajectory(paths):
+        if r.get("kind") == "submit" and isinstance(r.get("confirm"), dict) and isinstance(r.get("best_before"), int):
+            remeasured.setdefault(r["best_before"], []).extend(r["confirm"].get("best") or [])
+        elif r.get("kind") == "supervisor_due":
+            due = str(r.get("reason"))
+        elif r.get("kind") == "supervisor_record":
+            due = None
+    notes = []
+    if {k: v for k, v in state.remeasured.items() if v} != remeasured:
+        notes.append(f"re-measurements {state.remeasured} -> {remeasured} (from the trajectory)")
+        state.remeasured = remeasured
+    if due is not None and not state.supervisor.due:
+        notes.append(f"the supervisor is due again ({due}): the trajectory records no redirect since")
+        state.supervisor.due, state.supervisor.reason = True, due
+    return notes
+
+
+def rebuild_record(paths: RunPaths, state: RunState) -> list[str]:
+    """Rebuild ``state``'s versions and best from the backup, save, and re-link the trajectory.
+
+    Called under the run's lock. Returns what it changed (empty lists mean nothing did).
+    """
+    versions = _versions_from_backup(paths, state)
+    notes = _changes(state, versions)
+    state.versions, state.best = versions, len(versions) - 1
+    notes += _restore_terms(paths, state)
+    notes += _restore_counters(paths, state)
+    steps = [r["step"] for r in read_trajectory(paths) if r.get("kind") == "submit" and isinstance(r.get("step"), int)]
+    new_steps = max([state.steps, versions[-1].step, *steps])
+    if new_steps != state.steps:
+        notes.append(f"steps {state.steps} -> {new_steps} (from the trajectory)")
+        state.steps = new_steps
+    save_state(paths, state)
+    found = trajectory_findings(paths, state, locked=True)
+    if found.lines or found.unrecorded or found.other:
+        acknowledged = [{"line": n, "sha": found.line_hashes[n], "problem": what}
+                        for n, what in sorted(found.lines.items())]
+        notes += [f"set aside trajectory.jsonl line {a['line']}: it {a['problem']}" for a in acknowledged]
+        notes += [f"v{k} has no accepted submit in the trajectory (kept: its commit is in the backup)"
+                  for k in found.unrecorded]
+        notes += [o for o in found.other if "steps were taken" not in o]
+        count = sum(1 for r in read_trajectory(paths) if r.get("kind") == RECOVERED)
+        append_trajectory(paths, {"kind": RECOVERED, "id": f"recovered-{count + 1}", "step": state.steps,
+                                  "acknowledged": acknowledged, "unrecorded_versions": found.unrecorded,
+                                  "versions": len(versions), "best": state.best, "notes": notes})
+    return notes
