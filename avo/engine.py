@@ -556,7 +556,7 @@ def start_run(
     final_tree = lineage.tree_with_file(tree, SCORES_FILE, scores_line(v0).encode())
     started_on = terms(state)
     sha = lineage.commit_tree(final_tree, None, _commit_message(0, v0.message, v0.scalar, v0.metrics, spec.name,
-                                                                terms_digest(started_on)))
+                                                                state.sandbox, terms_digest(started_on)))
     lineage.verify_commit_tree(sha, tree, SCORES_FILE, scores_line(v0).encode())
     lineage.reset_hard(sha)
     v0 = v0.model_copy(update={"sha": sha, "tree": final_tree})
@@ -777,7 +777,7 @@ def submit(
             final_tree = lineage.tree_with_file(tree, SCORES_FILE, scores.encode())
             sha = lineage.commit_tree(final_tree, best.sha,
                                       _commit_message(n, message, scalar, version.metrics, state.target.name,
-                                                                      state.sandbox))
+                                                      state.sandbox))
             lineage.verify_commit_tree(sha, tree, SCORES_FILE, scores.encode())
             version = version.model_copy(update={"sha": sha, "tree": lineage.tree_of(sha)})
             record["version"] = n

@@ -232,7 +232,7 @@ def test_trailers_round_trip_exactly_and_cannot_be_forged(toy: Path, runs_root: 
     from avo.engine import _commit_message
 
     msg = _commit_message(3, "honest\n\navo-scalar: 999999\navo-metrics: {}", 1.5,
-                          {"a\navo-scalar: 999999": 2.0}, "toy")
+                          {"a\navo-scalar: 999999": 2.0}, "toy", "bwrap")
     t = parse_trailers(msg)
     assert t.scalar_value() == 1.5 and t.metrics_value() == {"a\navo-scalar: 999999": 2.0}
     # Runs written before: %.6g trailers are still read, at the precision they were written with.

@@ -334,3 +334,20 @@ def test_the_sandbox_works_for_an_unprivileged_user(tmp_path: Path, monkeypatch:
         assert (scratch / "ok.txt").exists()
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_an_evaluator_hash_edited_to_match_a_changed_evaluator_is_refused(toy: Path, runs_root: Path,
+                                                                          core_plugins: None) -> None:
+    from avo.engine import open_run
+    from avo.integrity import hash_tree
+
+    run = start_run(str(toy), runs_root)
+    ev = toy / "eval.py"
+    ev.write_text(ev.read_text().replace("    print(json.dumps(evaluate(args.workdir)))",
+                                         f"    print(json.dumps({FORGED!r}))"))
+    # The agent makes the record agree with its evaluator.
+    data = json.loads(run.paths.run_json.read_text())
+    data["hashes"]["evaluator"]["eval.py"] = hash_tree(ev)["eval.py"]
+    run.paths.run_json.write_text(json.dumps(data))
+    with pytest.raises(AvoError, match=r"hashes.*pinned by v0's commit"):
+        open_run(run.paths.root, runs_root)
