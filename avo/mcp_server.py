@@ -212,12 +212,17 @@ class AvoTools:
         r = self._open(run)
         return "\n".join(submit_lines(submit(r, message.strip()), r, via="mcp"))
 
-    def revert(self, run: RunArg = None) -> str:
+    def revert(
+        self,
+        run: RunArg = None,
+        message: Annotated[str | None, Field(
+            description="Why the experiment is abandoned; recorded with its diff as an attempt.")] = None,
+    ) -> str:
         from avo.engine import revert
         from avo.summaries import revert_line
 
         r = self._open(run)
-        return revert_line(revert(r), r)
+        return revert_line(revert(r, message), r)
 
     def status(self, run: RunArg = None) -> str:
         from avo.summaries import status_dict, status_lines, work_dirty
@@ -231,16 +236,18 @@ class AvoTools:
         self,
         run: RunArg = None,
         attempts: Annotated[bool, Field(
-            description="List every submitted step (accepted, rejected, failed) instead of accepted versions.")
+            description="List every attempt (accepted, match, rejected, failed, reverted) instead of accepted "
+                        "versions.")
         ] = False,
     ) -> str:
+        from avo.numbers import display_digits
         from avo.prompts import lineage_table
         from avo.state import read_trajectory
         from avo.summaries import attempt_lines
 
         r = self._open(run)
         if attempts:
-            return "\n".join(attempt_lines(read_trajectory(r.paths))) or "no submitted steps yet"
+            return "\n".join(attempt_lines(read_trajectory(r.paths), display_digits(r.state))) or "no attempts yet"
         return lineage_table(r.state, rows=10**9)
 
     def supervisor_brief(self, run: RunArg = None) -> str:

@@ -80,6 +80,13 @@ class TargetSpec(BaseModel):
     limits: ResourceLimits = Field(default_factory=ResourceLimits)
     noise: NoiseSpec = Field(default_factory=NoiseSpec)
     stall_limit: int = Field(3, ge=1, description="Steps without a new best before the supervisor")
+    tie_tolerance: float = Field(
+        1e-9, ge=0.0, lt=0.1, description="Relative difference under which two scores are a tie (a match)"
+    )
+    precision: int | None = Field(
+        None, ge=1, le=15, description="Significant digits shown for scores (default: from the lineage's spread)"
+    )
+    has_quick: bool = Field(False, description="The evaluator has a cheaper quick mode (AVO_QUICK=1 / --quick)")
     requirements: list[str] = Field(
         default_factory=list, description="Import names the evaluator needs (checked by doctor)"
     )
