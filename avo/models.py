@@ -157,7 +157,22 @@ class BackendInfo(BaseModel):
     available: bool = True
     reason: str | None = Field(None, description="Why it cannot run here, never a secret")
     costs_money: bool = False
+    required_options: dict[str, str | None] = Field(
+        default_factory=dict,
+        description="Options a step cannot run without: {option: environment variable that may stand in, or null}",
+    )
     provider: str | None = None
+
+    def missing_options(self, options: dict[str, str]) -> list[str]:
+        """Each required option given neither as ``--option`` nor through its environment variable, in words."""
+        import os
+
+        missing = []
+        for key, env in self.required_options.items():
+            if str(options.get(key) or "").strip() or (env and os.environ.get(env, "").strip()):
+                continue
+            missing.append(f"--option {key}=..." + (f" (or ${env})" if env else ""))
+        return missing
 
 
 class StepRequest(BaseModel):
