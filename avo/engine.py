@@ -29,6 +29,7 @@ from avo.evaluation import MALFORMED_BASELINES, MALFORMED_PREFIX, Evaluation, ev
 from avo.integrity import compare, hash_tree
 from avo.lineage import META_DIR, CandidateError, Lineage, diff_fingerprint
 from avo.models import TargetSpec
+from avo.partials import builds_partials
 from avo.policy import confirm, first_look, single_decision
 from avo.prompts import fmt_number
 from avo.state import (
@@ -341,6 +342,7 @@ def _parse_from(ref: str) -> tuple[str, int | None]:
     return ref, None
 
 
+@builds_partials
 def start_run(
     target_ref: str | None,
     runs_root: Path,

@@ -8,12 +8,18 @@ next ``avo start`` remove them. A folder whose start is still running is never t
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 
 CREATOR_FILE = ".avo/creator.pid"
+P = ParamSpec("P")
+R = TypeVar("R")
+_building: set[Path] = set()  # folders this process is building right now
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,26 @@ def mark_creator(folder: Path) -> None:
 
     pid = os.getpid()
     (folder / CREATOR_FILE).write_text(f"{pid} {process_start_time(pid) or ''}\n")
+    _building.add(folder)
+
+
+def builds_partials(fn: Callable[P, R]) -> Callable[P, R]:
+    """When ``fn`` returns or fails, the folders it marked are no longer being built."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            result = fn(*args, **kwargs)
+        finally:
+            for folder in list(_building):
+                (folder / CREATOR_FILE).unlink(missing_ok=True)
+                _building.discard(folder)
+        private = getattr(getattr(result, "paths", None), "private", None)
+        if isinstance(private, Path):  # the finished run keeps no creator mark
+            (private / Path(CREATOR_FILE).name).unlink(missing_ok=True)
+        return result
+
+    return wrapper
 
 
 def _alive(folder: Path) -> bool:

@@ -130,10 +130,11 @@ def find_target(ref: str) -> TargetSpec:
     spec = get_plugin_manager().hook.avo_resolve_target(ref=ref)
     if spec is not None:
         return spec
-    known = ", ".join(sorted(s.name for s in all_targets())) or "none installed"
+    names = sorted(s.name for s in all_targets())
+    known = ", ".join(names) or "none installed"
     raise AvoError(
         f"unknown target {ref!r}: not an installed target ({known}) "
-        "and not a folder holding a target.yaml"
+        f"and not a folder holding a target.yaml{did_you_mean(ref, names)}"
     )
 
 
@@ -142,8 +143,18 @@ def find_backend(name: str) -> BackendInfo:
     for info in all_backends():
         if info.name == name:
             return info
-    known = ", ".join(sorted(b.name for b in all_backends())) or "none installed"
-    raise AvoError(f"unknown backend {name!r}; installed backends: {known}")
+    names = sorted(b.name for b in all_backends())
+    known = ", ".join(names) or "none installed"
+    raise AvoError(f"unknown backend {name!r}; installed backends: {known}{did_you_mean(name, names)}")
+
+
+def did_you_mean(word: str, names: list[str]) -> str:
+    """``"; did you mean 'x'?"`` for the closest of ``names``, or ``""``."""
+    import difflib
+
+    close = difflib.get_close_matches(word.lower(), {n.lower(): n for n in names}, n=1, cutoff=0.6)
+    match = next((n for n in names if n.lower() == close[0]), None) if close else None
+    return f"; did you mean {match!r}?" if match else ""
 
 
 def plugin_module_dir(name: str) -> Path | None:

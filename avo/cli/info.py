@@ -33,9 +33,12 @@ def register(app: typer.Typer) -> None:
             if json_out:
                 print_json([s.model_dump(mode="json") for s in specs])
                 return
+            from rich.markup import escape
+
             table = _table("targets", ["name", "provider", "direction", "entrypoint", "description"])
             for s in specs:
-                table.add_row(s.name, s.provider or "", s.direction, s.entrypoint, s.description)
+                table.add_row(*(escape(t) for t in (s.name, s.provider or "", s.direction, s.entrypoint,
+                                                    s.description)))
             out.print(table)
             out.print("A folder with a target.yaml works too: avo start --target ./my_target")
 
@@ -49,10 +52,14 @@ def register(app: typer.Typer) -> None:
             if json_out:
                 print_json([b.model_dump(mode="json") for b in infos])
                 return
+            from rich.markup import escape
+
             table = _table("backends", ["name", "provider", "ready", "needs", "description"])
             for b in infos:
                 ready = "yes" if b.available else f"no: {b.reason or ''}"
-                table.add_row(b.name, b.provider or "", ready, ", ".join(b.needs), b.description)
+                # Plugin text is not markup: an install hint like 'avo-backend-x[sdk]' must print whole.
+                table.add_row(*(escape(t) for t in (b.name, b.provider or "", ready, ", ".join(b.needs),
+                                                    b.description)))
             out.print(table)
 
     @app.command()
@@ -85,7 +92,9 @@ def register(app: typer.Typer) -> None:
         target: Annotated[str | None, typer.Option("--target", help="Check one target only.")] = None,
     ) -> None:
         """Check Python, git, a C compiler, each target's packages and each backend."""
-        from avo.plugins import all_backends, all_targets
+        from rich.markup import escape
+
+        from avo.plugins import all_backends, all_targets, find_target
 
         problems = 0
 
@@ -94,7 +103,8 @@ def register(app: typer.Typer) -> None:
             if not ok:
                 problems += 1
             mark = "[green]ok[/]  " if ok else "[red]MISSING[/]"
-            out.print(f"{mark} {what}" + (f"\n        fix: {fix}" if fix and not ok else ""), markup=True)
+            text = escape(what) + (f"\n        fix: {escape(fix)}" if fix and not ok else "")
+            out.print(f"{mark} {text}", markup=True)
 
         v = sys.version_info
         line(v >= (3, 10), f"Python {v.major}.{v.minor}.{v.micro} ({sys.executable})", "install Python 3.10 or newer")
@@ -106,16 +116,18 @@ def register(app: typer.Typer) -> None:
              "install gcc or clang (needed by attention_c and by cffi builds)")
         with user_errors():
             specs = all_targets()
+            if target and not any(spec.name == target for spec in specs):
+                specs = [find_target(target)]  # a folder given by path is checked like one on $AVO_TARGET_PATH
             for spec in specs:
-                if target and spec.name != target:
+                if target and spec.name != target and len(specs) > 1:
                     continue
                 missing = [m for m in spec.requirements if importlib.util.find_spec(m) is None]
                 line(not missing, f"target {spec.name}: " + ("ready" if not missing else f"needs {', '.join(missing)}"),
                      f"pip install {' '.join(missing)}  (or install the target with its extras)")
             for info in all_backends():
                 state = "ready" if info.available else f"not ready: {info.reason}"
-                out.print(f"{'[green]ok[/]  ' if info.available else '[yellow]--[/]  '} backend {info.name}: {state}",
-                          markup=True)
+                out.print(f"{'[green]ok[/]  ' if info.available else '[yellow]--[/]  '} "
+                          f"{escape(f'backend {info.name}: {state}')}", markup=True)
         out.print("all checks passed" if problems == 0 else f"{problems} problem(s) found")
         if problems:
             raise typer.Exit(1)
