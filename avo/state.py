@@ -196,24 +196,9 @@ def _id_time(name: str) -> str:
     return ""
 
 
-def enclosing_run(start: Path | None = None) -> RunPaths | None:
-    """The run whose folder holds ``start`` (default: the current directory), if any.
-
-    A command typed inside ``runs/ID/work/`` means that run, not ``work/runs``.
-    """
-    here = (start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        if (folder / "run.json").is_file() and (folder / "work").is_dir():
-            return RunPaths(folder)
-    return None
-
-
 def resolve_run(ref: str | Path | None, root: Path) -> RunPaths:
-    """A run by id or path; else the run enclosing the current directory; else the newest under ``root``."""
+    """A run by id or path; the newest under ``root`` when ``ref`` is ``None``."""
     if ref is None:
-        inside = enclosing_run()
-        if inside is not None:
-            return inside
         runs = list_runs(root)
         if not runs:
             raise AvoError(f"no runs under {root.resolve()}; start one with `avo start --target NAME`")

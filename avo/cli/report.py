@@ -16,8 +16,11 @@ RunArg = Annotated[
 
 
 def _pick(positional: str | None, option: str | None) -> str | None:
+    from avo.cli.common import Enclosing
     from avo.errors import AvoError
 
+    if isinstance(option, Enclosing):  # only the current directory's run: a named one wins
+        return positional if positional is not None else option
     if positional is not None and option is not None and positional != option:
         raise AvoError(f"two different runs given: {positional!r} and --run {option!r}; give one")
     return positional if positional is not None else option
