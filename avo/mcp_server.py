@@ -314,7 +314,8 @@ TOOLS: list[tuple[str, str, str, dict[str, bool]]] = [
     ("avo_evaluate", "evaluate",
      "Score the current contents of work/ without changing the lineage (the same as running the run's avo-eval). "
      "Call it as often as useful while you edit, to check correctness and speed before you submit; "
-     "quick=true screens cheaply in the target's quick mode when a full evaluation is slow.",
+     "quick=true screens cheaply in the target's quick mode when the target declares one (the prompt then "
+     "offers it) and a full evaluation is slow.",
      {"read_only_hint": False, "destructive_hint": False, "idempotent_hint": True}),
     ("avo_submit", "submit",
      "Finish the step: avo evaluates work/ itself and commits it as a new version iff it passes the correctness "

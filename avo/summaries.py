@@ -77,8 +77,11 @@ def eval_lines(report: EvalReport, run: Run) -> list[str]:
     return lines
 
 
-def finish_lines(run_id: str) -> list[str]:
+def finish_lines(run_id: str, via: Via = "cli") -> list[str]:
     """Where to look once a run (or a session's last step) is over."""
+    if via == "mcp":
+        return [f"see the result: call avo_plot(run='{run_id}') for the trajectory figure; "
+                f"`avo report {run_id}` writes an HTML page"]
     return [f"see the result: `avo plot {run_id}` (the trajectory figure) and `avo report {run_id}` (an HTML page)"]
 
 
@@ -114,7 +117,7 @@ def submit_lines(res: SubmitOutcome, run: Run, via: Via = "cli") -> list[str]:
                  + (f" of {state.options.max_steps} ({left} left)" if left is not None else ""))
     if left == 0:  # `avo prompt` would only say "blocked"
         lines.append(_BUDGET_SPENT[via].format(run=state.id))
-        lines.extend(finish_lines(state.id))
+        lines.extend(finish_lines(state.id, via))
     elif res.supervisor_due:
         lines.append(f"SUPERVISOR DUE: {res.supervisor_reason}. {_SUPERVISOR[via]}")
     else:

@@ -166,3 +166,15 @@ def test_match_says_so_in_every_view(tmp_path: Path, runs_root: Path, core_plugi
     assert "worth submitting only when it is simpler or faster" in " ".join(variation_prompt(run).split())
     data = json.loads(runner.invoke(app, ["log", "--json", "--attempts", "--run", str(run.paths.root)]).output)
     assert [r["new_best"] for r in data if r["kind"] == "submit"] == [False]
+
+
+def test_the_last_step_of_a_session_points_at_plot_and_report(tmp_path: Path, runs_root: Path,
+                                                             core_plugins: None) -> None:
+    from avo.summaries import submit_lines
+
+    run = start_run(str(value_target(tmp_path)), runs_root, max_steps=1)
+    set_values(run.paths.work, 120.0, 50.0)
+    out = submit(run, "the only step")
+    text = "\n".join(submit_lines(out, run))
+    assert f"`avo plot {run.state.id}`" in text and f"`avo report {run.state.id}`" in text
+    assert f"avo_plot(run='{run.state.id}')" in "\n".join(submit_lines(out, run, via="mcp"))
