@@ -124,6 +124,7 @@ def test_dashboard_live_view_fits_its_console() -> None:
     dash = LiveDashboard(console)
     p = _progress()
     dash.handle("start", p, {})
+    dash.close()
     text = console.export_text()
     assert "tokens/cost" in text and "target" in text
 
