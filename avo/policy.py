@@ -55,12 +55,17 @@ def first_look(
     return "confirm"
 
 
+def fmt_tolerance(tolerance: float) -> str:
+    """``1e-9`` rather than Python's ``1e-09``."""
+    return f"{tolerance:g}".replace("e-0", "e-").replace("e+0", "e+")
+
+
 def single_decision(
     candidate: float, best: float, best_n: int, direction: Direction, tie: float = TIE_TOLERANCE
 ) -> Decision:
     """The decision and its reason when one measurement decides (no noise confirmation)."""
     if is_tie(candidate, best, tie):
-        return Decision(True, False, candidate, f"matches v{best_n} (tie within {tie:g})")
+        return Decision(True, False, candidate, f"matches v{best_n} (tie within {fmt_tolerance(tie)})")
     g = gain(candidate, best, direction)
     if g > 0:
         return Decision(True, True, candidate, f"improves the best v{best_n} ({fmt_pct(g, 2)})")

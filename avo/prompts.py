@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from avo.contract import gain
 from avo.numbers import display_digits, fmt_number, fmt_pct
+from avo.policy import fmt_tolerance
 from avo.state import RunState, Version, read_trajectory
 
 if TYPE_CHECKING:
@@ -179,7 +180,7 @@ The scalar is the geometric mean of the per-config metrics unless the target giv
 2. avo scores the candidate itself on submit; a score you report is never used. A candidate
    is committed only if it passes the correctness gate and matches or beats v{best.n}.
    Otherwise its diff is archived in rejected/ and work/ is reset to v{best.n}. Scores within a
-   relative {spec.tie_tolerance:g} of the best are a tie: a match, not a new best. A match is worth
+   relative {fmt_tolerance(spec.tie_tolerance)} of the best are a tie: a match, not a new best. A match is worth
    submitting only when it is simpler or faster than v{best.n}; otherwise `avo revert -m "why"`.
 3. Simplicity criterion: all else equal, simpler is better. A tiny gain that adds ugly
    complexity is not worth it; removing code for an equal score is a win.

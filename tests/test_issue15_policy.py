@@ -56,7 +56,7 @@ def test_tie_within_tolerance_is_a_match_never_a_loss_nor_a_new_best(
     set_values(run.paths.work, 100.0 * (1 - 5e-13), 50.0)
     out = submit(run, "re-found the optimum another way")
     assert out.outcome == "accepted" and out.version is not None and not out.version.new_best
-    assert out.reason == "matches v0 (tie within 1e-09)"
+    assert out.reason == "matches v0 (tie within 1e-9)"
     assert run.state.steps_since_best == 1
     # Higher by 3e-12 relative: still a tie, so it does not reset the stall counter.
     set_values(run.paths.work, 100.0 * (1 + 3e-12), 50.0)
