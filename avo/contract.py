@@ -35,6 +35,22 @@ def last_json_object(stdout: str) -> tuple[dict[str, object] | None, str | None]
     return data, None
 
 
+def count_results(text: str) -> int:
+    """How many lines of ``text`` are result objects (a JSON object with ``correct`` or ``baselines``)."""
+    n = 0
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(data, dict) and ("correct" in data or "baselines" in data):
+            n += 1
+    return n
+
+
 def parse_output(stdout: str) -> EvalResult:
     """Parse an evaluator's stdout: the last non-empty line must be the JSON contract."""
     data, problem = last_json_object(stdout)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import stat
@@ -25,7 +26,7 @@ from typing import Any
 from avo import __version__
 from avo.contract import failed, gain
 from avo.errors import AvoError, BlockedError
-from avo.evaluation import MALFORMED_BASELINES, MALFORMED_PREFIX, Evaluation, evaluate_dir, measure_baselines
+from avo.evaluation import MALFORMED_BASELINES, MALFORMED_PREFIX, Evaluation, Runtime, evaluate_dir, measure_baselines
 from avo.integrity import compare, hash_tree
 from avo.lineage import META_DIR, CandidateError, Lineage, diff_fingerprint
 from avo.models import TargetSpec
@@ -103,33 +104,26 @@ class SubmitOutcome:
 
 
 def _evaluator_tree(spec: TargetSpec) -> tuple[Path, set[Path]]:
-    """What counts as the evaluator, and what inside it does not.
+    from avo.evaluator_copy import evaluator_source
 
-    A directory target's folder, or a target plugin's package directory; in both, the seed
-    and knowledge-base folders only feed a run's start (the run's own kb/ copy is hashed on
-    its own), so changing them does not stop running runs.
-    """
-    if spec.directory is not None:
-        from avo.builtin.directory_target import load_target_file
+    root, exclude, _ = evaluator_source(spec)
+    return root, exclude
 
-        tf = load_target_file(spec.directory)
-        data = {spec.directory / tf.seed}
-        if tf.knowledge_base is not None:
-            data.add(spec.directory / tf.knowledge_base)
-        return spec.directory, data
-    from avo.plugins import plugin_module_dir
 
-    root = plugin_module_dir(spec.provider or "")
-    if root is None:
-        raise AvoError(f"cannot locate the plugin that provides target {spec.name!r}")
-    return root, {root / "seed", root / "kb"}
+def _plugin_module(spec: TargetSpec) -> str | None:
+    from avo.evaluator_copy import evaluator_source
+
+    return evaluator_source(spec)[2]
 
 
 def _hashes(spec: TargetSpec, kb: Path, runs_root: Path) -> dict[str, dict[str, str]]:
+    from avo.evaluator_copy import RUNTIME_KEY, runtime_hashes
+
     root, exclude = _evaluator_tree(spec)
     # `cd my_target && avo start --target .` puts ./runs inside the target folder: the runs
     # are not the evaluator, and they change with every command.
-    return {"evaluator": hash_tree(root, exclude | {runs_root}), "kb": hash_tree(kb)}
+    return {"evaluator": hash_tree(root, exclude | {runs_root}), "kb": hash_tree(kb),
+            RUNTIME_KEY: runtime_hashes(plugin=spec.directory is None)}
 
 
 def evaluator_hashes(
@@ -151,6 +145,38 @@ def check_integrity(run: Run) -> None:
         run.state.target, run.state.hashes.get("evaluator", {}), run.paths.root.parent)
     compare("evaluator", recorded, current, root)
     compare("knowledge base", run.state.hashes.get("kb", {}), hash_tree(run.paths.kb), run.paths.kb)
+
+
+def _runtime(run: Run, label: str) -> Runtime:
+    """The verified private evaluator copy this evaluation runs (made from the checked source)."""
+    from avo import evaluator_copy
+
+    spec = run.state.target
+    root, recorded, _ = evaluator_hashes(spec, run.state.hashes.get("evaluator", {}), run.paths.root.parent)
+    module = _plugin_module(spec)
+    package = evaluator_copy.copy_folder(root, module)
+    runtime = run.state.hashes.get(evaluator_copy.RUNTIME_KEY)
+    if runtime is None:  # a run recorded before the copy existed: what runs now is its baseline
+        runtime = run.state.hashes[evaluator_copy.RUNTIME_KEY] = evaluator_copy.runtime_hashes(module is not None)
+        run.save()
+    copy = evaluator_copy.prepare(run.paths.private, root, recorded, module=package)
+    evaluator_copy.check(copy, package, recorded, runtime)
+    level = run.state.sandbox if run.state.sandbox in ("bwrap", "none") else "none"
+    return Runtime(copy, package, module, spec.provider if module else None, level,  # type: ignore[arg-type]
+                   run.paths.private / "eval" / f"{label}-scratch", run.state.eval_secret)
+
+
+def _recheck_runtime(run: Run, rt: Runtime) -> str | None:
+    """Why the copy or the start-up files changed during an evaluation, if they did."""
+    from avo import evaluator_copy
+
+    _, recorded, _ = evaluator_hashes(run.state.target, run.state.hashes.get("evaluator", {}),
+                                      run.paths.root.parent)
+    try:
+        evaluator_copy.check(rt.copy_root, rt.package, recorded, run.state.hashes.get(evaluator_copy.RUNTIME_KEY, {}))
+    except AvoError as exc:
+        return f"the evaluator changed while it ran, so its result is void: {exc}"
+    return None
 
 
 def _new_run_id(spec: TargetSpec, root: Path) -> str:
@@ -192,14 +218,20 @@ def _evaluate_tree(run: Run, tree: str, label: str, *, screening: bool = False) 
         shutil.rmtree(snap, ignore_errors=True)
         log_path.write_text(f"[avo] the candidate was not evaluated: {exc}\n")
         return Evaluation(failed(str(exc)), None, 0.0, log_path)
+    rt = _runtime(run, label)
     try:
         configs = set(run.state.configs) if run.state.configs and not screening else None
-        return evaluate_dir(
-            run.state.target, snap, log_path,
+        evaluation = evaluate_dir(
+            run.state.target, snap, log_path, rt,
             quick=run.state.options.quick or screening, configs=configs, pid_file=run.paths.private / "child.pid",
         )
     finally:
         shutil.rmtree(snap, ignore_errors=True)
+        shutil.rmtree(rt.scratch, ignore_errors=True)
+    changed = _recheck_runtime(run, rt)
+    if changed:
+        return Evaluation(failed(changed), None, evaluation.wall_s, log_path)
+    return evaluation
 
 
 def _scores_line(v: Version) -> str:
@@ -211,13 +243,14 @@ def _tags(state: RunState) -> dict[str, str]:
     return {f"v{v.n}": v.sha for v in state.versions}
 
 
-def _commit_message(n: int, message: str, scalar: float, metrics: dict[str, float], target: str) -> str:
+def _commit_message(n: int, message: str, scalar: float, metrics: dict[str, float], target: str,
+                    sandbox: str) -> str:
     vector = ", ".join(f"{k}={v:.6g}" for k, v in metrics.items())
     # The first line is the subject `git log --oneline` shows; further lines are the body.
     subject, _, body = message.strip().partition("\n")
     body = f"{body.strip()}\n\n" if body.strip() else ""
     return (f"v{n}: {subject.strip() or '(no message)'}\n\n{body}"
-            f"avo-target: {target}\navo-scalar: {scalar:.6g}\navo-metrics: {vector}\n")
+            f"avo-target: {target}\navo-scalar: {scalar:.6g}\navo-metrics: {vector}\navo-sandbox: {sandbox}\n")
 
 
 def _usage_add(state: RunState, usage: dict[str, Any] | None) -> None:
@@ -353,6 +386,7 @@ def start_run(
     failure_limit: int = 3,
     from_ref: str | None = None,
     progress: Any = None,
+    sandbox: str | None = None,
 ) -> Run:
     """Create a run: seed, KB, evaluate x_0 (the gate must pass), baselines, commit ``v0``."""
     from avo.plugins import find_target, get_plugin_manager
@@ -389,11 +423,19 @@ def start_run(
     except OSError as exc:
         raise AvoError(f"cannot create the runs directory {runs_root}: {exc.strerror or exc}") from None
     from avo.partials import mark_creator, remove_stale
+    from avo.sandbox import resolve_level
 
     for stale in remove_stale(runs_root):
         say(f"removed the unfinished run folder {stale.path.name} of an earlier failed start")
     for warning in command_warnings(spec):
         say(f"WARNING: {warning}")
+    sandbox = sandbox or os.environ.get("AVO_SANDBOX", "").strip() or "auto"
+    level, level_why = resolve_level(sandbox)
+    if level == "none" and sandbox == "auto":
+        say(f"warning: {level_why}. Candidates will run without isolation; the run records "
+            "'avo-sandbox: none' (see `avo doctor`).")
+    else:
+        say(f"sandbox: {level_why}")
     run_id = _new_run_id(spec, runs_root)
     partial = runs_root / f".{run_id}.partial"
     paths = RunPaths(partial.resolve())
@@ -414,11 +456,12 @@ def start_run(
     paths.notes.write_text(NOTES_TEMPLATE)
     options = RunOptions(
         max_steps=max_steps, quick=quick, failure_limit=failure_limit,
-        stall_limit=stall_limit or spec.stall_limit, noise=spec.noise,
+        stall_limit=stall_limit or spec.stall_limit, noise=spec.noise, sandbox=sandbox,
     )
     state = RunState(
         id=run_id, created=time.time(), avo_version=__version__, target=spec, options=options,
-        hashes=_hashes(spec, paths.kb, runs_root), origin=origin,
+        hashes=_hashes(spec, paths.kb, runs_root), origin=origin, sandbox=level,
+        eval_secret=secrets.token_hex(16),
     )
     run = Run(paths, state)
     lineage = run.lineage
@@ -439,7 +482,12 @@ def start_run(
     if spec.has_baselines or spec.baselines_command:
         log_path = _log_path(paths, "baselines")
         say(f"measuring baselines (log: {log_path.relative_to(paths.root)}) ...")
-        for name, ev in measure_baselines(spec, log_path, quick=quick).items():
+        rt = _runtime(run, "baselines")
+        try:
+            measured = measure_baselines(spec, log_path, rt, quick=quick)
+        finally:
+            shutil.rmtree(rt.scratch, ignore_errors=True)
+        for name, ev in measured.items():
             if name == MALFORMED_BASELINES or (ev.result.error or "").startswith(MALFORMED_PREFIX):
                 warnings.append(ev.result.error or "baselines failed")  # not a baseline: kept out of every view
                 say(f"WARNING: {ev.result.error}")
@@ -452,7 +500,8 @@ def start_run(
                  message="seed x_0" if origin is None else f"seed from {origin}", step=0,
                  time=time.time(), notes=evaluation.result.notes, new_best=True)
     final_tree = lineage.tree_with_file(tree, SCORES_FILE, _scores_line(v0).encode())
-    sha = lineage.commit_tree(final_tree, None, _commit_message(0, v0.message, v0.scalar, v0.metrics, spec.name))
+    sha = lineage.commit_tree(final_tree, None, _commit_message(0, v0.message, v0.scalar, v0.metrics, spec.name,
+                                                                         state.sandbox))
     lineage.reset_hard(sha)
     v0 = v0.model_copy(update={"sha": sha, "tree": final_tree})
     state.versions.append(v0)
@@ -463,6 +512,7 @@ def start_run(
                               "options": options.model_dump()})
     append_trajectory(paths, {"kind": "eval", "id": "seed", "step": 0, "tree": tree, "scalar": v0.scalar,
                               "metrics": v0.metrics, "correct": True, "wall_s": round(evaluation.wall_s, 3),
+                              "sandbox": state.sandbox,
                               "notes": evaluation.result.notes, "log": str(evaluation.log_path.name)})
     for b in state.baselines:
         append_trajectory(paths, {"kind": "baseline", "name": b.name, "scalar": b.scalar, "metrics": b.metrics,
@@ -519,7 +569,7 @@ def evaluate_work(run: Run, *, quick: bool = False) -> EvalReport:
             "correct": evaluation.scalar is not None, "scalar": evaluation.scalar,
             "metrics": evaluation.result.metrics, "error": evaluation.result.error,
             "gain_vs_best": g, "wall_s": round(evaluation.wall_s, 3), "log": evaluation.log_path.name,
-            "warning": warning, "screening": screening,
+            "warning": warning, "screening": screening, "sandbox": run.state.sandbox,
         })
         return EvalReport(evaluation, tree, best, g, warning, screening)
 
@@ -653,7 +703,8 @@ def submit(
             "tree": tree, "scalar": scalar, "metrics": evaluation.result.metrics,
             "error": evaluation.result.error, "notes": evaluation.result.notes,
             "best_before": best.n, "reason": reason, "wall_s": round(evaluation.wall_s, 3),
-            "log": evaluation.log_path.name, "fingerprint": fingerprint, "new_best": new_best,
+            "log": evaluation.log_path.name, "fingerprint": fingerprint, "sandbox": state.sandbox,
+            "new_best": new_best,
         }
         if confirm_info:
             record["confirm"] = confirm_info
@@ -669,7 +720,8 @@ def submit(
             scores = "".join(_scores_line(v) for v in [*state.versions, version])
             final_tree = lineage.tree_with_file(tree, SCORES_FILE, scores.encode())
             sha = lineage.commit_tree(final_tree, best.sha,
-                                      _commit_message(n, message, scalar, version.metrics, state.target.name))
+                                      _commit_message(n, message, scalar, version.metrics, state.target.name,
+                                                                      state.sandbox))
             version = version.model_copy(update={"sha": sha, "tree": final_tree})
             record["version"] = n
             write_json_atomic(paths.journal, json.dumps({"kind": "accept", "step": step, "record": record}))

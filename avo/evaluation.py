@@ -1,21 +1,30 @@
 """Evaluate a candidate directory through its target: always in a child process.
 
-Plugin targets run as ``python -m avo.evaluator``; directory targets run their configured
-command. Either way :func:`avo.runner.run_child` supplies the timeout, the limits, the
-output caps and the strict parsing of the contract.
+Plugin targets run :mod:`avo.evaluator` from the run's private evaluator copy with
+``python -I``, outside the sandbox (the evaluator is the judge; the candidate processes it
+starts are sandboxed), and answer on a private result pipe. Directory targets run their
+configured command inside the sandbox, from the copy, and answer on stdout. Either way
+:func:`avo.runner.run_child` supplies the timeout, the limits, the output caps and the
+strict parsing of the contract.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from avo.contract import check_configs, failed, last_json_object, parse_object, scalar_of
+from avo.contract import check_configs, count_results, failed, last_json_object, parse_object, scalar_of
+from avo.errors import AvoError
 from avo.models import EvalResult, TargetSpec
-from avo.runner import run_child
+from avo.runner import ChildOutcome, run_child
+from avo.sandbox import Level
 
 
 @dataclass
@@ -28,12 +37,25 @@ class Evaluation:
     log_path: Path
 
 
-def _fill(template: list[str], spec: TargetSpec, workdir: Path | None) -> list[str]:
-    values = {
-        "target": str(spec.directory or ""),
-        "workdir": str(workdir or ""),
-        "python": sys.executable,
-    }
+@dataclass(frozen=True)
+class Runtime:
+    """How a run's evaluations execute: the private evaluator copy and the sandbox level.
+
+    ``module``/``plugin`` name a plugin target's package and entry point; both are ``None``
+    for a directory target, whose command runs inside the sandbox as a whole.
+    """
+
+    copy_root: Path
+    package: str | None  # the folder of the copy holding the plugin's package
+    module: str | None
+    plugin: str | None
+    sandbox: Level
+    scratch: Path  # a private folder for this evaluation's working files
+    secret: str | None = None  # the run's evaluation secret (plugin evaluators only)
+
+
+def _fill(template: list[str], target_dir: Path, workdir: Path | None) -> list[str]:
+    values = {"target": str(target_dir), "workdir": str(workdir or ""), "python": sys.executable}
     try:
         return [part.format(**values) for part in template]
     except (KeyError, IndexError, ValueError) as exc:
@@ -43,47 +65,87 @@ def _fill(template: list[str], spec: TargetSpec, workdir: Path | None) -> list[s
         ) from None
 
 
-def command_for(spec: TargetSpec, workdir: Path | None, *, quick: bool, baselines: bool = False) -> list[str]:
-    """The child command that evaluates ``workdir`` (or measures baselines)."""
+def _launch(
+    spec: TargetSpec, rt: Runtime, workdir: Path | None, log_path: Path, *, quick: bool, baselines: bool,
+    pid_file: Path | None = None,
+) -> ChildOutcome:
+    """Run the evaluator child for ``workdir`` (or the baselines) and return how it ended."""
+    from avo.evaluator_copy import python_command
+    from avo.sandbox import Sandbox, installed_package_dirs, wrap
+
     template = spec.baselines_command if baselines else spec.evaluate_command
-    if template is not None:
-        return _fill(template, spec, workdir)
-    cmd = [sys.executable, "-m", "avo.evaluator", "--target", spec.name]
+    timeout = spec.baseline_timeout if baselines else spec.eval_timeout
+    env = {"AVO_QUICK": "1" if quick else "0", "AVO_SANDBOX": rt.sandbox, "PYTHONUNBUFFERED": "1"}
+    rt.scratch.mkdir(parents=True, exist_ok=True)
+    if template is not None:  # a directory target: its whole command is sandboxed
+        cmd = _fill(template, rt.copy_root, workdir)
+        logs = rt.scratch / "logs"
+        logs.mkdir(exist_ok=True)
+        cwd = workdir or rt.scratch
+        box = Sandbox(writable=tuple(p for p in (workdir, rt.scratch) if p is not None),
+                      readable=(rt.copy_root,), hide=tuple(installed_package_dirs()),
+                      env={**env, "AVO_LOG_DIR": str(logs)}, cwd=cwd)
+        command, child_env = wrap(cmd, box, rt.sandbox)
+        outcome = run_child(command, cwd=cwd, timeout=timeout, limits=spec.limits, log_path=log_path,
+                            env=child_env, pid_file=pid_file)
+        _keep_logs(logs, log_path)
+        return outcome
+    assert rt.module is not None and rt.plugin is not None
+    spec_file = rt.scratch / "spec.json"
+    spec_file.write_text(spec.model_dump_json())
+    cmd = [*python_command(rt.copy_root), "--module", rt.module, "--plugin", rt.plugin, "--spec", str(spec_file)]
     if workdir is not None:
         cmd += ["--workdir", str(workdir)]
     if baselines:
         cmd.append("--baselines")
     if quick:
         cmd.append("--quick")
-    return cmd
+    child_env = {**os.environ, **env, "AVO_LOG_DIR": str(log_path.parent)}
+    if rt.secret:
+        child_env["AVO_EVAL_SECRET"] = rt.secret
+    cwd = rt.scratch / "cwd"  # never the candidate's folder: nothing there can be imported
+    cwd.mkdir(exist_ok=True)
+    return run_child(cmd, cwd=cwd, timeout=timeout, limits=spec.limits, log_path=log_path, env=child_env,
+                     pid_file=pid_file, result_channel=True)
 
 
-def _child_env(quick: bool, log_dir: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env["AVO_QUICK"] = "1" if quick else "0"
-    env["AVO_LOG_DIR"] = str(log_dir)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    return env
+@contextmanager
+def _fresh(spec: TargetSpec, label: str) -> Iterator[Runtime]:
+    from avo.evaluator_copy import fresh_runtime
+
+    with tempfile.TemporaryDirectory(prefix="avo-private-") as private:
+        yield fresh_runtime(spec, Path(private), label)
+
+
+def _keep_logs(logs: Path, log_path: Path) -> None:
+    """Move what a sandboxed evaluator wrote to its log folder next to the run's log."""
+    for entry in sorted(logs.iterdir()) if logs.is_dir() else []:
+        if entry.is_file() and not entry.is_symlink():
+            shutil.move(str(entry), log_path.parent / f"{log_path.stem}-{entry.name}")
 
 
 def evaluate_dir(
     spec: TargetSpec,
     workdir: Path,
     log_path: Path,
+    rt: Runtime | None = None,
     *,
     quick: bool = False,
     configs: set[str] | None = None,
     pid_file: Path | None = None,
 ) -> Evaluation:
-    """Evaluate the candidate files in ``workdir`` with the target's evaluator."""
+    """Evaluate the candidate files in ``workdir`` with the target's evaluator.
+
+    ``rt`` is the run's runtime; without one (tests, tools) a fresh copy of the evaluator as
+    installed now is made for this evaluation alone.
+    """
+    if rt is None:
+        with _fresh(spec, "eval") as fresh:
+            return evaluate_dir(spec, workdir, log_path, fresh, quick=quick, configs=configs, pid_file=pid_file)
     try:
-        cmd = command_for(spec, workdir, quick=quick)
-    except ValueError as exc:
+        outcome = _launch(spec, rt, workdir, log_path, quick=quick, baselines=False, pid_file=pid_file)
+    except (ValueError, AvoError) as exc:
         return Evaluation(failed(str(exc)), None, 0.0, log_path)
-    outcome = run_child(
-        cmd, cwd=workdir, timeout=spec.eval_timeout, limits=spec.limits, log_path=log_path,
-        env=_child_env(quick, log_path.parent), pid_file=pid_file,
-    )
     result = check_configs(outcome.result, configs)
     scalar, why = scalar_of(result)
     if scalar is None and result.correct:
@@ -96,18 +158,23 @@ MALFORMED_PREFIX = "malformed baselines output"
 BASELINES_SHAPE = '{"baselines": {"NAME": {"correct": true, "metrics": {...}}, ...}}'
 
 
-def measure_baselines(spec: TargetSpec, log_path: Path, *, quick: bool = False) -> dict[str, Evaluation]:
+def measure_baselines(spec: TargetSpec, log_path: Path, rt: Runtime | None = None, *,
+                      quick: bool = False) -> dict[str, Evaluation]:
     """Run the target's baselines once: ``{name: evaluation}`` (empty when it has none)."""
     if not spec.has_baselines and spec.baselines_command is None:
         return {}
-    cmd = command_for(spec, None, quick=quick, baselines=True)
-    outcome = run_child(
-        cmd, cwd=log_path.parent, timeout=spec.baseline_timeout, limits=spec.limits,
-        log_path=log_path, env=_child_env(quick, log_path.parent),
-    )
-    data, problem = last_json_object(outcome.stdout)
-    if data is None or outcome.returncode != 0:
-        error = problem if data is None else (outcome.result.error or f"exit {outcome.returncode}")
+    if rt is None:
+        with _fresh(spec, "baselines") as fresh:
+            return measure_baselines(spec, log_path, fresh, quick=quick)
+    try:
+        outcome = _launch(spec, rt, None, log_path, quick=quick, baselines=True)
+    except (ValueError, AvoError) as exc:
+        return {MALFORMED_BASELINES: Evaluation(failed(f"baselines failed: {exc}"), None, 0.0, log_path)}
+    data, problem = last_json_object(outcome.payload)
+    many = count_results(outcome.payload)
+    if data is None or outcome.returncode != 0 or many > 1:
+        error = (problem if data is None else
+                 f"{many} result objects" if many > 1 else (outcome.result.error or f"exit {outcome.returncode}"))
         return {MALFORMED_BASELINES: Evaluation(failed(f"baselines failed: {error}"), None, outcome.wall_s, log_path)}
     table = data.get("baselines", data)
     out: dict[str, Evaluation] = {}

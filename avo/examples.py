@@ -9,6 +9,7 @@ for a deterministic target, within the declared noise band otherwise.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 import tempfile
@@ -18,6 +19,7 @@ from pathlib import Path
 from avo.contract import gain
 from avo.errors import AvoError
 from avo.evaluation import evaluate_dir
+from avo.evaluator_copy import fresh_runtime
 from avo.lineage import Lineage
 from avo.state import RunState, Version
 
@@ -96,7 +98,9 @@ def verify_example(folder: Path, *, version: int | None = None) -> Verification:
         lineage.export(wanted.sha, snap)
         _, recorded, current = evaluator_hashes(spec, state.hashes.get("evaluator", {}))
         evaluator_changed = recorded != current
-        ev = evaluate_dir(spec, snap, Path(tmp) / "verify.log", quick=state.options.quick,
+        rt = fresh_runtime(spec, Path(tmp) / "private", "verify", sandbox=state.options.sandbox)
+        rt = dataclasses.replace(rt, secret=state.eval_secret)
+        ev = evaluate_dir(spec, snap, Path(tmp) / "verify.log", rt, quick=state.options.quick,
                           configs=set(state.configs) or None)
         log_tail = (Path(tmp) / "verify.log").read_text(errors="replace")[-2000:]
     if ev.scalar is None:

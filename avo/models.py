@@ -15,6 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 Direction = Literal["maximize", "minimize"]
 
+# Config and metric names reach commit trailers, prompts and file names: one line, no
+# spaces or quotes, so no name can forge a trailer line or break a table.
+METRIC_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:+=@,-]{0,127}$")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
@@ -106,6 +109,10 @@ class EvalOptions(BaseModel):
     quick: bool = Field(False, description="A cheaper smoke evaluation (tests, demos)")
     log_dir: Path | None = Field(None, description="Where the evaluator may write full logs")
     seed: int | None = None
+    secret: str | None = Field(
+        None, description="The run's evaluation secret (never shown to candidates); with the "
+        "candidate's content it derives inputs the candidate cannot know in advance: see "
+        "avo.eval_inputs. None outside a run (conformance suites).")
 
 
 class EvalResult(BaseModel):
@@ -124,10 +131,13 @@ class EvalResult(BaseModel):
     primary: float | None = None
     spread: dict[str, float] | None = None
 
-    @field_validator("metrics")
+    @field_validator("metrics", "spread")
     @classmethod
-    def _finite_metrics(cls, metrics: dict[str, float]) -> dict[str, float]:
-        for key, value in metrics.items():
+    def _finite_metrics(cls, metrics: dict[str, float] | None) -> dict[str, float] | None:
+        for key, value in (metrics or {}).items():
+            if not METRIC_NAME.fullmatch(key):
+                raise ValueError(f"metric name {key!r} is not a single-line identifier "
+                                 "(letters, digits and _ . : + = @ , - only)")
             if not math.isfinite(value):
                 raise ValueError(f"metric {key!r} is not finite ({value})")
         return metrics

@@ -20,20 +20,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from avo.contract import failed, last_json_object, parse_output
+from avo.contract import count_results, failed, last_json_object, parse_output
 from avo.models import EvalResult, ResourceLimits
 
 OUTPUT_CAP = 8 * 1024 * 1024  # bytes per stream; past this the evaluator is killed
 PIPE_GRACE_S = 5.0  # how long to drain pipes still held open after the evaluator's group is gone
 _TAIL_LINES = 12
+_TAIL_BYTES = 16 * 1024
+RESULT_CAP = 1024 * 1024  # bytes on the result channel
 
 
 @dataclass
 class ChildOutcome:
-    """What happened to the child: its parsed result plus how it ended."""
+    """What happened to the child: its parsed result plus how it ended.
+
+    ``payload`` is the text the result was read from (the result channel, or stdout).
+    """
 
     result: EvalResult
-    stdout: str
+    payload: str
     wall_s: float
     returncode: int | None
     log_path: Path
@@ -59,13 +64,18 @@ def _limits_preexec(limits: ResourceLimits) -> Callable[[], None]:
 
 
 class _Pump(threading.Thread):
-    """Copy one stream into the log, keep stdout in memory, stop at the cap."""
+    """Copy one stream into the log, keep it in memory if asked, stop at the cap.
 
-    def __init__(self, stream: IO[bytes], log: IO[bytes], keep: bool, on_overflow: Callable[[], None]):
+    Bytes are counted as they arrive (not per line), so a flood without a newline trips
+    the cap as early as any other.
+    """
+
+    def __init__(self, stream: IO[bytes], log: IO[bytes] | None, keep: bool,
+                 on_overflow: Callable[[], None], cap: int = OUTPUT_CAP):
         super().__init__(daemon=True)
-        self.stream, self.log, self.keep, self.on_overflow = stream, log, keep, on_overflow
+        self.stream, self.log, self.keep, self.on_overflow, self.cap = stream, log, keep, on_overflow, cap
         self.chunks: list[bytes] = []
-        self.tail: list[bytes] = []
+        self.tail = b""
         self.total = 0
         self.overflow = False
         self.abandoned = False
@@ -73,33 +83,44 @@ class _Pump(threading.Thread):
     def run(self) -> None:
         try:
             self._copy()
-        except ValueError:  # the log was closed after the runner stopped waiting for us
+        except (ValueError, OSError):  # the log or the stream was closed after we stopped waiting
             pass
-        self.stream.close()
+        try:
+            self.stream.close()
+        except OSError:
+            pass
 
     def _copy(self) -> None:
-        for line in iter(self.stream.readline, b""):
-            if self.abandoned:
+        fd = self.stream.fileno()
+        while True:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk or self.abandoned:
                 return
-            self.total += len(line)
-            if self.total > OUTPUT_CAP:
+            room = self.cap - self.total
+            self.total += len(chunk)
+            if room < len(chunk):
+                chunk = chunk[:max(room, 0)]
                 if not self.overflow:
                     self.overflow = True
-                    self.log.write(b"\n[avo] output cap reached; evaluator killed\n")
+                    if self.log is not None:
+                        self.log.write(chunk + b"\n[avo] output cap reached; evaluator killed\n")
                     self.on_overflow()
                 continue
-            self.log.write(line)
+            if self.log is not None:
+                self.log.write(chunk)
             if self.keep:
-                self.chunks.append(line)
-            self.tail.append(line)
-            if len(self.tail) > _TAIL_LINES * 4:
-                del self.tail[: -_TAIL_LINES]
+                self.chunks.append(chunk)
+            self.tail = (self.tail + chunk)[-_TAIL_BYTES:]
+
+    def data(self) -> bytes:
+        return b"".join(self.chunks)
 
     def text(self) -> str:
-        return b"".join(self.chunks).decode("utf-8", "replace")
+        return self.data().decode("utf-8", "replace")
 
     def tail_text(self) -> str:
-        return b"".join(self.tail[-_TAIL_LINES:]).decode("utf-8", "replace").rstrip()
+        lines = self.tail.decode("utf-8", "replace").rstrip().splitlines()
+        return "\n".join(lines[-_TAIL_LINES:])
 
 
 @contextmanager
@@ -185,17 +206,29 @@ def run_child(
     log_path: Path,
     env: dict[str, str] | None = None,
     pid_file: Path | None = None,
+    result_channel: bool = False,
 ) -> ChildOutcome:
-    """Run ``command``, parse its contract, and turn every abnormal end into a failure."""
+    """Run ``command``, parse its contract, and turn every abnormal end into a failure.
+
+    With ``result_channel`` the child gets the write end of a private pipe as
+    ``--result-fd N`` (appended to ``command``) and must send its one result object there;
+    its stdout is then only a log. Otherwise the result is the last line of stdout.
+    Either way, more than one result object is a failed evaluation.
+    """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     group: dict[str, int] = {}
+    command = list(command)
+    result_r = result_w = -1
+    if result_channel:
+        result_r, result_w = os.pipe()
+        command += ["--result-fd", str(result_w)]
     # The guard is up before the child exists, so no signal can slip in between.
     with open(log_path, "ab", buffering=0) as log, _terminate_with(group, pid_file):
         log.write(f"[avo] $ {' '.join(command)}\n[avo] cwd {cwd}\n".encode())
         try:
             proc = subprocess.Popen(
-                list(command),
+                command,
                 cwd=cwd,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -203,23 +236,33 @@ def run_child(
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 preexec_fn=_limits_preexec(limits),
+                pass_fds=(result_w,) if result_channel else (),
             )
         except OSError as exc:
             log.write(f"[avo] could not start: {exc}\n".encode())
+            for fd in (result_r, result_w):
+                if fd >= 0:
+                    os.close(fd)
             return ChildOutcome(
                 failed(f"could not start the evaluator {command[0]!r}: {exc.strerror or exc}"),
                 "", 0.0, None, log_path,
             )
         pgid = group["pgid"] = proc.pid
         assert proc.stdout is not None and proc.stderr is not None
-        out = _Pump(proc.stdout, log, keep=True, on_overflow=lambda: _kill_group(pgid))
+        out = _Pump(proc.stdout, log, keep=not result_channel, on_overflow=lambda: _kill_group(pgid))
         err = _Pump(proc.stderr, log, keep=False, on_overflow=lambda: _kill_group(pgid))
+        channel: _Pump | None = None
+        if result_channel:
+            os.close(result_w)  # only the child holds the write end now
+            channel = _Pump(os.fdopen(result_r, "rb", buffering=0), None, keep=True,
+                            on_overflow=lambda: _kill_group(pgid), cap=RESULT_CAP)
+        pumps = [p for p in (out, err, channel) if p is not None]
         timed_out = False
         try:
             if pid_file is not None:  # lets the next command kill us if our parent is killed
                 pid_file.write_text(f"{pgid} {process_start_time(pgid) or ''}".strip())
-            out.start()
-            err.start()
+            for pump in pumps:
+                pump.start()
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
@@ -244,26 +287,50 @@ def run_child(
             out.abandoned = err.abandoned = True
             log.write(b"\n[avo] a process outside the evaluator's group still holds its output; "
                       b"stopped reading\n")
+        leaked = False
+        if channel is not None:
+            # Only the evaluator held the write end: once it is gone the channel is at EOF.
+            # A channel still open means another process holds it, to write after the end.
+            channel.join(max(0.5, deadline - time.monotonic()))
+            if channel.is_alive():
+                leaked = channel.abandoned = True
         stderr_tail = err.tail_text()
         log.write(f"\n[avo] exit {proc.returncode} after {wall:.2f}s\n".encode())
 
     stdout = out.text()
-    if timed_out:
+    payload = channel.text() if channel is not None else stdout
+    if channel is not None and payload.strip():
+        with open(log_path, "a", encoding="utf-8") as fh:
+            fh.write(f"[avo] result channel: {payload.strip()[:2000]}\n")
+    if leaked:
+        result = failed("a process other than the evaluator still holds its result channel after it ended; "
+                        "the result is not trusted")
+    elif timed_out:
         result = failed(
             f"evaluator timed out after {timeout:g} s (the target's timeout); "
             "its whole process group was killed"
         )
-    elif out.overflow or err.overflow:
-        which = "stdout" if out.overflow else "stderr"
-        result = failed(f"evaluator printed more than {OUTPUT_CAP >> 20} MiB on {which} (output cap); killed")
+    elif out.overflow or err.overflow or (channel is not None and channel.overflow):
+        which = "stdout" if out.overflow else "stderr" if err.overflow else "its result channel"
+        cap = RESULT_CAP if which == "its result channel" else OUTPUT_CAP
+        result = failed(f"evaluator wrote more than {cap >> 20} MiB on {which} (output cap); killed")
     else:
-        data, _ = last_json_object(stdout)
-        result = parse_output(stdout)
+        many = count_results(payload)
+        data, _ = last_json_object(payload)
+        if many > 1:
+            where = "its result channel" if channel is not None else "stdout"
+            result = failed(f"evaluator sent {many} result objects on {where}; exactly one is allowed "
+                            "(a second one is what a forged result looks like)")
+        elif channel is not None and not payload.strip():
+            result = failed(f"{_describe_exit(proc.returncode)} without sending a result on its result channel"
+                            + (f"\n--- last lines of its stderr ---\n{stderr_tail}" if stderr_tail else ""))
+        else:
+            result = parse_output(payload)
         # A non-zero exit is a crash unless the evaluator itself reported a closed gate.
-        if proc.returncode != 0 and not (data is not None and data.get("correct") is False):
+        if many <= 1 and proc.returncode != 0 and not (data is not None and data.get("correct") is False):
             why = _describe_exit(proc.returncode)
             hint = _limit_hint(proc.returncode, stderr_tail, limits)
             detail = f": {hint}" if hint else ""
             tail = f"\n--- last lines of its stderr ---\n{stderr_tail}" if stderr_tail else ""
             result = failed(f"{why}{detail}{tail}")
-    return ChildOutcome(result, stdout, wall, proc.returncode, log_path)
+    return ChildOutcome(result, payload, wall, proc.returncode, log_path)

@@ -58,6 +58,7 @@ class RunOptions(BaseModel):
     failure_limit: int = 3
     quick: bool = False
     noise: NoiseSpec = Field(default_factory=NoiseSpec)
+    sandbox: str = "auto"  # what was asked for: auto, bwrap or none
 
 
 class SupervisorState(BaseModel):
@@ -94,6 +95,11 @@ class RunState(BaseModel):
     supervisor: SupervisorState = Field(default_factory=SupervisorState)
     origin: str | None = None
     usage: dict[str, float] = Field(default_factory=dict)
+    # The isolation every evaluation of this run gets (avo.sandbox): bwrap or none. Runs
+    # recorded before the sandbox existed had none.
+    sandbox: str = "none"
+    # Mixed with each candidate's digest into inputs it cannot know in advance (avo.eval_inputs).
+    eval_secret: str | None = None
 
     @property
     def best_version(self) -> Version:

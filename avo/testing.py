@@ -84,6 +84,11 @@ class TargetConformance:
     check_baselines: ClassVar[bool] = True
     #: also run start + a failing submit through the engine
     check_engine: ClassVar[bool] = True
+    #: the entrypoint of a hostile candidate, for the ``test_hostile_*`` checks: a template
+    #: with ``{original}`` (the seed's entrypoint) and the shell command to run at start as
+    #: ``{shell}``, ``{shell_py}`` (a Python literal) or ``{shell_c}`` (a C literal); literal
+    #: braces doubled. ``None`` skips the checks that need it.
+    hostile: ClassVar[str | None] = None
     #: accept an exception escaping ``avo_evaluate`` as a clean failure (it is reported,
     #: but the agent learns less from a traceback than from a named problem)
     allow_raise: ClassVar[bool] = False
@@ -233,6 +238,90 @@ class TargetConformance:
         assert outcome.outcome == "failed", f"a garbage entrypoint was {outcome.outcome}: {outcome.reason}"
         assert entry.read_bytes() == seed_text, "work/ was not reset to v0 after a failed submit"
         assert outcome.diff_path is not None and outcome.diff_path.is_file()
+
+    # -- hostile candidates -------------------------------------------------------------------
+    # A candidate is hostile code. These checks plant the attacks the project's red team used
+    # and require that they gain nothing. Set :attr:`hostile` so the suite can make the
+    # candidate run a shell command when it starts.
+
+    def hostile_candidate(self, seed_dir: Path, dest: Path, shell: str) -> Path:
+        """A copy of the seed whose entrypoint runs ``shell`` when the candidate starts."""
+        import json
+
+        if self.hostile is None:
+            pytest.skip("set `hostile` (the entrypoint with {shell}/{shell_py}/{shell_c} and {original}) "
+                        "to run the hostile-candidate checks")
+        shutil.copytree(seed_dir, dest)
+        entry = dest / self.target_entrypoint(seed_dir)
+        original = entry.read_text(encoding="utf-8")
+        entry.write_text(self.hostile.format(shell=shell, shell_py=repr(shell), shell_c=json.dumps(shell),
+                                             original=original), encoding="utf-8")
+        return dest
+
+    def target_entrypoint(self, seed_dir: Path) -> str:
+        from avo.plugins import find_target
+
+        return find_target(self.target).entrypoint
+
+    def _forged_line(self, seed_evaluation: Evaluation) -> str:
+        import json
+
+        metrics = dict.fromkeys(seed_evaluation.result.metrics, 1000000000.0) or {"score": 1e9}
+        return json.dumps({"correct": True, "metrics": metrics, "notes": "forged"})
+
+    def _gains_nothing(self, ev: Evaluation, seed_evaluation: Evaluation, target_spec: TargetSpec, what: str) -> None:
+        if ev.scalar is None:
+            return  # a failed evaluation gains nothing
+        assert seed_evaluation.scalar is not None
+        tol = self.reproducibility_tolerance if self.reproducibility_tolerance is not None \
+            else 2 * target_spec.noise.band
+        drift = _drift(ev.scalar, seed_evaluation.scalar)
+        assert drift <= tol + 1e-9, (f"{what} moved the score from {seed_evaluation.scalar:.6g} to {ev.scalar:.6g}"
+                                     f"\nlog tail:\n{self._log_tail(ev)}")
+
+    def test_hostile_a_shadowing_evaluator_in_the_candidate_is_not_run(
+            self, target_spec: TargetSpec, seed_dir: Path, seed_evaluation: Evaluation, tmp_path: Path) -> None:
+        cand = tmp_path / "shadow"
+        shutil.copytree(seed_dir, cand)
+        forged = self._forged_line(seed_evaluation)
+        payload = (f"import os, sys\nprint({forged!r}, flush=True)\n"
+                   "if '--result-fd' in sys.argv:\n"
+                   "    os.write(int(sys.argv[sys.argv.index('--result-fd') + 1]), "
+                   f"({forged!r} + '\\n').encode())\nos._exit(0)\n")
+        (cand / "avo").mkdir(exist_ok=True)
+        (cand / "avo" / "__init__.py").write_text("hookimpl = None\n")
+        (cand / "avo" / "evaluator.py").write_text(payload)
+        (cand / "sitecustomize.py").write_text(payload)
+        self._gains_nothing(self.evaluate(target_spec, cand, tmp_path, set(seed_evaluation.result.metrics) or None),
+                            seed_evaluation, target_spec, "a candidate shipping its own avo/evaluator.py")
+
+    def test_hostile_a_forged_result_line_is_not_believed(
+            self, target_spec: TargetSpec, seed_dir: Path, seed_evaluation: Evaluation, tmp_path: Path) -> None:
+        forged = self._forged_line(seed_evaluation)
+        # Into every descriptor it can name: its own, its parent's, any process /proc shows.
+        shell = (f"for f in /proc/[0-9]*/fd/1 /proc/[0-9]*/fd/2 /proc/[0-9]*/fd/3 /proc/[0-9]*/fd/4; do "
+                 f"printf '%s\\n' '{forged}' > \"$f\"; done 2>/dev/null; true")
+        cand = self.hostile_candidate(seed_dir, tmp_path / "forge", shell)
+        self._gains_nothing(self.evaluate(target_spec, cand, tmp_path, set(seed_evaluation.result.metrics) or None),
+                            seed_evaluation, target_spec, "a candidate writing forged result lines")
+
+    def test_hostile_a_daemon_does_not_outlive_the_evaluation(
+            self, target_spec: TargetSpec, seed_dir: Path, seed_evaluation: Evaluation, tmp_path: Path) -> None:
+        import os
+        import subprocess
+        import time
+
+        from avo.sandbox import probe
+
+        if not probe()[0]:
+            pytest.skip(f"without a sandbox a setsid daemon escapes the process group: {probe()[1]}")
+        marker = f"avo-hostile-daemon-{os.getpid()}-{time.time_ns()}"
+        shell = f"(setsid sh -c 'sleep 120 # {marker}' >/dev/null 2>&1 &) ; true"
+        cand = self.hostile_candidate(seed_dir, tmp_path / "daemon", shell)
+        self.evaluate(target_spec, cand, tmp_path, set(seed_evaluation.result.metrics) or None)
+        time.sleep(0.5)
+        left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+        assert not left, f"the candidate's daemon (pids {left}) outlived its evaluation"
 
 
 class BackendConformance:

@@ -266,7 +266,8 @@ def test_edits_made_during_a_rejected_submit_are_archived(toy: Path, runs_root: 
         '    if "X = 2" in (workdir / "solution.py").read_text():\n'
         '        (live / "idea.txt").write_text("half-written next idea\\n")\n'
         '    path = workdir / "solution.py"\n'))
-    run = start_run(str(toy), runs_root)
+    # The sandbox would (rightly) stop an evaluator writing into work/: no sandbox here.
+    run = start_run(str(toy), runs_root, sandbox="none")
     set_constants(run.paths.work, x=2, y=-20)  # config_b falls more than config_a gains
     out = submit(run, "worse, while the agent kept typing")
     assert out.outcome == "rejected"

@@ -31,6 +31,8 @@ def normalise(text: str, demo: str) -> str:
     text = re.sub(r"toy-\d{8}-\d{6}", "toy-RUN", text)
     text = re.sub(r"\d{8}-\d{6}-", "STAMP-", text)
     text = re.sub(r"\(\d+\.\d s\)", "(N s)", text)
+    # Which sandbox a machine offers (bubblewrap, or none with a warning) is not the doc's point.
+    text = re.sub(r"^(sandbox: .*|warning: .*without isolation.*)$", "sandbox: LEVEL", text, flags=re.MULTILINE)
     return re.sub(r"^[0-9a-f]{7} ", "SHA ", text, flags=re.MULTILINE)
 
 

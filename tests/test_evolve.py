@@ -267,7 +267,8 @@ def test_ctrl_c_during_the_evaluation_is_recorded_and_nothing_is_lost(tmp_path: 
     agent = tmp_path / "agent.sh"
     agent.write_text("#!/bin/sh\nsed -i 's/^X = .*/X = 5.5/' solution.py\necho 'X to 5.5'\n")
     agent.chmod(0o755)
-    env = {**os.environ, "AVO_DISABLE_PLUGIN_AUTOLOAD": "1", "AVO_RUNS_DIR": str(runs_root)}
+    # The evaluator signals through a file outside the sandbox: this run chooses no sandbox.
+    env = {**os.environ, "AVO_DISABLE_PLUGIN_AUTOLOAD": "1", "AVO_RUNS_DIR": str(runs_root), "AVO_SANDBOX": "none"}
     proc = _avo(["--target", str(toy), "--backend", "mock", "--option", f"command={agent}", "--max-steps", "3"], env)
     deadline = time.monotonic() + 60
     while not marker.exists() and time.monotonic() < deadline:

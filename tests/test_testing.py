@@ -20,22 +20,26 @@ class TestToyConformance(TargetConformance):
     """The whole suite, collected from the base class, against the toy directory target."""
 
     target = str(TOY)
+    hostile = "import os\nos.system({shell_py})\n{original}"
 
 
-def _run_suite(tmp_path: Path, target: Path, only: list[str]) -> dict[str, str]:
+def _run_suite(tmp_path: Path, target: Path, only: list[str], hostile: str | None = None,
+               env: dict[str, str] | None = None) -> dict[str, str]:
     """Run the suite against ``target`` in a separate pytest; ``{test name: outcome}``."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     test_file = tmp_path / "test_suite_on_target.py"
     test_file.write_text(textwrap.dedent(f"""
         from avo.testing import TargetConformance
 
         class TestIt(TargetConformance):
             target = {str(target)!r}
+            hostile = {hostile!r}
     """))
     report = tmp_path / "junit.xml"
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", str(test_file), "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
          "-k", " or ".join(only)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env,
     )
     assert report.exists(), proc.stdout + proc.stderr
     outcomes = {}
@@ -139,3 +143,17 @@ def test_backend_suite_catches_a_backend_that_answers_for_everyone(tmp_path: Pat
             Suite().test_answers_none_for_other_backends(info, tmp_path)
     finally:
         plugins.unregister("greedy")
+
+
+@pytest.mark.skipif(not __import__("avo.sandbox").sandbox.probe()[0], reason="needs a working bubblewrap")
+def test_hostile_checks_catch_a_daemon_when_candidates_run_unsandboxed(tmp_path: Path) -> None:
+    import os
+
+    target = _copy_toy(tmp_path)
+    only = ["hostile_a_daemon"]
+    hostile = "import os\nos.system({shell_py})\n{original}"
+    sandboxed = _run_suite(tmp_path / "a", target, only, hostile)
+    bare = _run_suite(tmp_path / "b", target, only, hostile, env={**os.environ, "AVO_SANDBOX": "none"})
+    assert sandboxed == {"test_hostile_a_daemon_does_not_outlive_the_evaluation": "passed"}
+    assert bare == {"test_hostile_a_daemon_does_not_outlive_the_evaluation": "failed"}
+    subprocess.run(["pkill", "-f", "avo-hostile-daemon-"], capture_output=True)

@@ -45,6 +45,9 @@ RunRef = Annotated[
                  show_default=False, callback=_default_run),
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+SandboxOpt = Annotated[str | None, typer.Option(
+    "--sandbox", envvar="AVO_SANDBOX", show_default=False,
+    help="Isolation of candidate code: auto (bubblewrap where it works, default), bwrap (required) or none.")]
 
 EXIT_ERROR = 1
 EXIT_BLOCKED = 3

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from avo.cli.common import RunsDir, err, runs_root, user_errors
+from avo.cli.common import RunsDir, SandboxOpt, err, runs_root, user_errors
 
 if TYPE_CHECKING:
     from avo.evolve import Reporter
@@ -92,6 +92,7 @@ def register(app: typer.Typer) -> None:
         option: Options = None,
         json_log: JsonLog = False,
         plain: Plain = False,
+        sandbox: SandboxOpt = None,
         runs_dir: RunsDir = None,
     ) -> None:
         """Run the search unattended: a backend agent performs each variation step.
@@ -145,7 +146,7 @@ def register(app: typer.Typer) -> None:
                 if not target:
                     raise AvoError("say which target to evolve: --target NAME|PATH (or --resume RUN)")
                 run = start_run(target, root, max_steps=config.max_steps, quick=quick, stall_limit=stall_limit,
-                                progress=lambda m: err.print(m))
+                                progress=lambda m: err.print(m), sandbox=sandbox)
                 err.print(f"started {run.state.id} at {run.paths.root}")
             elif quick or stall_limit:
                 err.print("note: --quick and --stall-limit are fixed when a run starts; ignored on --resume")

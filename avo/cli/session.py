@@ -8,7 +8,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from avo.cli.common import JsonFlag, RunRef, RunsDir, err, out, print_json, runs_root, user_errors
+from avo.cli.common import (
+    JsonFlag,
+    RunRef,
+    RunsDir,
+    SandboxOpt,
+    err,
+    out,
+    print_json,
+    runs_root,
+    user_errors,
+)
 
 if TYPE_CHECKING:
     from avo.engine import EvalReport, Run, SubmitOutcome
@@ -55,6 +65,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
             str | None, typer.Option("--from", help="Seed from another run's version: RUN[:vN].")
         ] = None,
         no_prompt: Annotated[bool, typer.Option("--no-prompt", help="Do not print the first prompt.")] = False,
+        sandbox: SandboxOpt = None,
         runs_dir: RunsDir = None,
     ) -> None:
         """Start a run: seed x_0, copy K, evaluate the seed, measure baselines, tag v0."""
@@ -63,7 +74,8 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
 
         with user_errors():
             run = start_run(target, runs_root(runs_dir), max_steps=max_steps, quick=quick,
-                            stall_limit=stall_limit, from_ref=from_run, progress=lambda m: err.print(m))
+                            stall_limit=stall_limit, from_ref=from_run, progress=lambda m: err.print(m),
+                            sandbox=sandbox)
             v0 = run.state.versions[0]
             err.print(f"started {run.state.id}: x_0 = {_fmt(v0.scalar)} at {run.paths.root}")
             if not no_prompt:

@@ -1,0 +1,200 @@
+"""The private copy of the evaluator that every evaluation of a run actually executes.
+
+At start (and whenever the copy is missing) the evaluator's files are copied out of the
+installed target into the run's private folder, under the digest of their content. A plugin
+target's copy holds its package and avo's own, and runs with ``python -I`` (no current
+directory, no user site, no ``PYTHON*`` variables) and a private bytecode cache, so neither
+a file in the candidate's snapshot nor a ``.pyc`` planted next to the installed source can
+stand in for it. The copy, and the interpreter's ``.pth`` start-up files, are hashed before
+and after every evaluation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import site
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from avo.errors import AvoError, IntegrityError
+from avo.integrity import compare, hash_tree
+from avo.models import TargetSpec
+
+if TYPE_CHECKING:
+    from avo.evaluation import Runtime
+
+RUNTIME_KEY = "runtime"
+
+
+def _site_dirs() -> list[Path]:
+    dirs = {Path(p) for p in site.getsitepackages() if Path(p).is_dir()}
+    return sorted(dirs)
+
+
+def startup_files() -> dict[str, str]:
+    """``{name: sha256}`` of what every interpreter start runs: ``.pth`` files, ``sitecustomize``."""
+    out: dict[str, str] = {}
+    for folder in _site_dirs():
+        for entry in sorted(folder.iterdir()):
+            if entry.suffix == ".pth" or entry.name in ("sitecustomize.py", "usercustomize.py"):
+                try:
+                    out[f"site:{entry.name}"] = hashlib.sha256(entry.read_bytes()).hexdigest()
+                except OSError:
+                    continue
+    for folder in map(Path, sys.path):
+        for name in ("sitecustomize.py", "usercustomize.py"):
+            p = folder / name
+            if p.is_file():
+                out[f"path:{p}"] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def core_files() -> dict[str, str]:
+    """Hashes of avo's own package, as the evaluator child imports it."""
+    import avo
+
+    return hash_tree(Path(avo.__file__).resolve().parent)
+
+
+def runtime_hashes(plugin: bool) -> dict[str, str]:
+    """What runs besides the target's own files: start-up files, and avo for plugin targets."""
+    out = startup_files()
+    if plugin:
+        out.update({f"avo/{k}": v for k, v in core_files().items()})
+    return out
+
+
+def digest(hashes: dict[str, dict[str, str]]) -> str:
+    """A short content address for a set of file hashes."""
+    return hashlib.sha256(json.dumps(hashes, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def _copy_files(src_root: Path, names: dict[str, str], dest: Path) -> None:
+    for rel in names:
+        src, out = src_root / rel, dest / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, out)
+        out.chmod(0o444 | (src.stat().st_mode & 0o111))
+
+
+def prepare(private: Path, source: Path, evaluator: dict[str, str], *, module: str | None) -> Path:
+    """The copy's root for ``evaluator`` (hashes of ``source``'s files), made if missing.
+
+    ``module``: for a plugin target, the folder its package takes in the copy (``""`` for a
+    single-file module, which sits at the root), next to ``root/avo``. A directory target's
+    files are the root itself (``module`` is ``None``).
+    """
+    core = core_files() if module is not None else {}
+    address = digest({"evaluator": evaluator, "core": core})
+    root = private / "evaluator" / address
+    if root.is_dir():
+        return root
+    tmp = root.with_name(f".{address}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    src = source if source.is_dir() else source.parent
+    if module is None:
+        _copy_files(src, evaluator, tmp)
+    else:
+        import avo
+
+        _copy_files(src, evaluator, tmp / module)
+        _copy_files(Path(avo.__file__).resolve().parent, core, tmp / "avo")
+    tmp.rename(root)
+    return root
+
+
+def copy_hashes(root: Path, module: str | None) -> tuple[dict[str, str], dict[str, str]]:
+    """``(target files, avo files)`` of a copy, keyed as :func:`prepare` was given them."""
+    if module is None:
+        return hash_tree(root), {}
+    target = hash_tree(root / module, {root / "avo"} if not module else None)
+    return target, hash_tree(root / "avo")
+
+
+def check(root: Path, module: str | None, evaluator: dict[str, str], runtime: dict[str, str]) -> None:
+    """Raise :class:`IntegrityError` if the copy or the start-up files differ from the record."""
+    if not root.is_dir():
+        raise IntegrityError(f"the private evaluator copy {root} is gone")
+    target_now, core_now = copy_hashes(root, module)
+    compare("evaluator copy", evaluator, target_now, root)
+    if module is not None:
+        recorded_core = {k[4:]: v for k, v in runtime.items() if k.startswith("avo/")}
+        compare("avo package the evaluator runs", recorded_core, core_now, root / "avo")
+    recorded_start = {k: v for k, v in runtime.items() if not k.startswith("avo/")}
+    compare("interpreter start-up files (.pth, sitecustomize)", recorded_start, startup_files(),
+            Path(sys.prefix))
+
+
+def pycache_dir() -> Path:
+    """avo's own bytecode cache for evaluator children (never the installed ``__pycache__``).
+
+    Shared by runs (``$XDG_CACHE_HOME/avo/pycache``) so that numpy and pydantic are compiled
+    once per machine, not once per run.
+    """
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "avo" / "pycache"
+
+
+def python_command(root: Path, pycache: Path | None = None) -> list[str]:
+    """The interpreter command that runs :mod:`avo.evaluator` from the copy at ``root``."""
+    pycache = pycache or pycache_dir()
+    boot = (f"import sys; sys.path.insert(0, {str(root)!r}); "
+            "from avo.evaluator import main; sys.exit(main())")
+    return [sys.executable, "-I", "-X", f"pycache_prefix={pycache}", "-c", boot]
+
+
+def evaluator_source(spec: TargetSpec) -> tuple[Path, set[Path], str | None]:
+    """``(root, excluded, module)``: what counts as the evaluator of ``spec``.
+
+    A directory target's folder, or a target plugin's package directory (``module`` is its
+    import name; ``None`` for a directory target). In both, the seed and knowledge-base
+    folders only feed a run's start (the run's own kb/ copy is hashed on its own), so they
+    are left out and changing them does not stop running runs.
+    """
+    if spec.directory is not None:
+        from avo.builtin.directory_target import load_target_file
+
+        tf = load_target_file(spec.directory)
+        data = {spec.directory / tf.seed}
+        if tf.knowledge_base is not None:
+            data.add(spec.directory / tf.knowledge_base)
+        return spec.directory, data, None
+    from types import ModuleType
+
+    from avo.plugins import get_plugin_manager
+
+    plugin = get_plugin_manager().get_plugin(spec.provider or "")
+    file = getattr(plugin, "__file__", None) if isinstance(plugin, ModuleType) else None
+    if plugin is None or file is None:
+        raise AvoError(f"cannot locate the plugin module that provides target {spec.name!r}; a target "
+                       "plugin must be an installed module or package, so avo can copy and run it")
+    path = Path(file).resolve()
+    # A single-file top-level module is just that file; otherwise its package folder.
+    root = path if "." not in plugin.__name__ and path.name != "__init__.py" else path.parent
+    return root, {root / "seed", root / "kb"}, plugin.__name__
+
+
+def copy_folder(root: Path, module: str | None) -> str | None:
+    """Where a plugin's files sit inside its copy (see :func:`prepare`)."""
+    if module is None:
+        return None
+    return root.name if root.is_dir() else ""
+
+
+def fresh_runtime(spec: TargetSpec, private: Path, label: str, *, sandbox: str | None = None) -> Runtime:
+    """A runtime for evaluating outside a run (verify, the conformance suites): a new copy
+    of the evaluator as installed now, in ``private``."""
+    from avo.evaluation import Runtime
+    from avo.sandbox import resolve_level
+
+    root, exclude, module = evaluator_source(spec)
+    package = copy_folder(root, module)
+    hashes = hash_tree(root, exclude)
+    copy = prepare(private, root, hashes, module=package)
+    check(copy, package, hashes, runtime_hashes(module is not None))
+    level, _ = resolve_level(sandbox or os.environ.get("AVO_SANDBOX", "").strip() or "auto")
+    return Runtime(copy, package, module, spec.provider if module else None, level, private / "eval" / label)
