@@ -7,6 +7,7 @@ console; ``rich.live`` is imported only when the live view starts.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import sys
@@ -18,7 +19,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from avo.prompts import fmt_number
+from avo.numbers import fmt_number
+from avo.summaries import finish_lines
 
 if TYPE_CHECKING:
     from avo.evolve import Progress, StepEvent
@@ -79,11 +81,7 @@ def _bar(fraction: float, width: int = BAR_WIDTH) -> str:
 
 
 def _header(p: Progress) -> Table:
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold")
-    grid.add_column()
-    grid.add_column(style="bold")
-    grid.add_column()
+    """Label/value pairs, two per row; folds into one pair per row on a narrow console."""
     steps = f"{p.attempt}/{p.max_steps}" if p.max_steps else str(p.attempt)
     left = p.time_left()
     time_text = f"{fmt_duration(p.elapsed())} elapsed" + (f", {fmt_duration(left)} left" if left is not None else "")
@@ -91,33 +89,53 @@ def _header(p: Progress) -> Table:
     if p.max_cost is not None:
         spend += f" (max ${p.max_cost:.2f})"
     backend = p.backend + (f" ({p.model})" if p.model else "")
-    grid.add_row("target", p.target, "run", p.run_id)
-    grid.add_row("backend", backend, "step", steps)
-    grid.add_row("time", time_text, "spend", spend)
     best = Text(f"v{p.best_version} = {fmt_number(p.best_scalar)}")
     best.append(f"  {fmt_gain(p.gain_over_seed())} over x_0 ({fmt_number(p.seed_scalar)})")
     if p.baseline is not None:
         best.append(f", {fmt_gain(p.gain_over_baseline())} over baseline {p.baseline[0]} "
                     f"({fmt_number(p.baseline[1])})")
-    grid.add_row("best", best, "", "")
     sup = f"{p.supervisor_briefs} brief(s)" + (" — due" if p.supervisor_due else "")
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(ratio=1)
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(ratio=1)
+    grid.add_row("target", p.target, "run", p.run_id)
+    grid.add_row("backend", backend, "step", steps)
+    grid.add_row("time", time_text, "spend", spend)
     grid.add_row("supervisor", sup, "now", p.activity)
-    return grid
+    outer = Table.grid()
+    outer.add_column()
+    outer.add_row(grid)
+    best_row = Table.grid(padding=(0, 2))
+    best_row.add_column(style="bold", no_wrap=True)
+    best_row.add_column(ratio=1)
+    best_row.add_row("best", best)
+    outer.add_row(best_row)
+    return outer
 
 
-def _steps_table(p: Progress) -> Table:
-    table = Table(title="recent steps", expand=True, title_justify="left")
-    for col, kw in (("#", {"justify": "right"}), ("outcome", {}), ("scalar", {"justify": "right"}),
-                    ("Δ best", {"justify": "right"}),
-                    ("message", {"ratio": 1, "overflow": "ellipsis", "no_wrap": True}),
-                    ("time", {"justify": "right"}), ("tokens/cost", {"justify": "right"})):
-        table.add_column(col, **kw)  # type: ignore[arg-type]
-    for e in p.recent:
-        style = OUTCOME_STYLE.get(e.outcome, "")
-        outcome = e.outcome + (" ★" if e.new_best else "")
-        table.add_row(str(e.attempt), Text(outcome, style=style), fmt_number(e.scalar), fmt_gain(e.gain),
-                      e.message, fmt_duration(e.wall_s), fmt_usage(e.input_tokens, e.output_tokens, e.cost_usd))
-    return table
+STEP_HEAD = f"{'#':>3}  {'outcome':<11} {'parent':<6} {'scalar':>10} {'Δ best':>8} {'time':>7}  tokens/cost"
+
+
+def _step_lines(e: StepEvent) -> Text:
+    """One step: its figures on one line, its message wrapped below (never cut)."""
+    outcome = e.outcome + (" ★" if e.new_best else (" =" if e.outcome == "accepted" else ""))
+    parent = f"v{e.parent}" if e.parent is not None else "—"
+    text = Text(f"{e.attempt:>3}  ")
+    text.append(f"{outcome:<11}", style=OUTCOME_STYLE.get(e.outcome, ""))
+    text.append(f" {parent:<6} {fmt_number(e.scalar):>10} {fmt_gain(e.gain):>8} {fmt_duration(e.wall_s):>7}  "
+                f"{fmt_usage(e.input_tokens, e.output_tokens, e.cost_usd)}")
+    note = e.message + (f" — {e.reason}" if e.reason and e.outcome not in ("accepted",) else "")
+    text.append("\n      " + note, style="dim" if e.outcome == "no_change" else "")
+    return text
+
+
+def _steps_block(p: Progress, events: list[StepEvent]) -> Group:
+    lines: list[RenderableType] = [Text("recent steps  (★ new best, = match)", style="bold"),
+                                   Text(STEP_HEAD, style="bold")]
+    lines += [_step_lines(e) for e in events] or [Text("    (none yet)", style="dim")]
+    return Group(*lines)
 
 
 def _config_bars(p: Progress) -> Table:
@@ -137,20 +155,48 @@ def _config_bars(p: Progress) -> Table:
     return table
 
 
+def _config_line(p: Progress) -> Text:
+    text = Text(f"per-config scores of v{p.best_version}: ", style="bold")
+    parts = []
+    for name, value in sorted(p.best_metrics.items()):
+        seed = p.seed_metrics.get(name)
+        parts.append(f"{name} {fmt_number(value)} ({fmt_gain(gain(value, seed, p.direction) if seed else None)})")
+    text.append(" · ".join(parts))
+    return text
+
+
 def gain(candidate: float, best: float, direction: str) -> float:
     from avo.contract import gain as contract_gain
 
     return contract_gain(candidate, best, direction)  # type: ignore[arg-type]
 
 
-def render(p: Progress) -> RenderableType:
-    """The whole dashboard for one snapshot."""
+def _panel(p: Progress, events: list[StepEvent], compact: bool) -> Panel:
     spark = Text("running best  ")
     spark.append(sparkline(p.running_best), style="cyan")
-    parts: list[RenderableType] = [_header(p), _steps_table(p), _config_bars(p), spark]
+    parts: list[RenderableType] = [_header(p), _steps_block(p, events),
+                                   _config_line(p) if compact else _config_bars(p), spark]
     if p.stop_reason:
         parts.append(Text(f"stopped: {p.stop_reason}", style="bold"))
     return Panel(Group(*parts), title="avo evolve", border_style="blue")
+
+
+def render(p: Progress, width: int | None = None, height: int | None = None) -> RenderableType:
+    """The whole dashboard for one snapshot, fitted to ``width`` x ``height`` when given.
+
+    On a small terminal the per-config bars shrink to one line and the oldest steps are left
+    out until the panel fits, so the header never scrolls away and messages wrap, not cut.
+    """
+    events = list(p.recent)
+    if height is None:
+        return _panel(p, events, compact=False)
+    measure = Console(width=width or 80, height=height, color_system=None, file=io.StringIO())
+    compact = height < 40
+    while True:
+        panel = _panel(p, events, compact)
+        if not events or len(measure.render_lines(panel, measure.options, pad=False)) <= height:
+            return panel
+        events = events[1:]
 
 
 class LiveDashboard:
@@ -166,7 +212,11 @@ class LiveDashboard:
         self._started = False
 
     def _renderable(self) -> RenderableType:
-        return render(self._progress) if self._progress is not None else Text("starting …")
+        if self._progress is None:
+            return Text("starting …")
+        size = self.console.size
+        # One line is left for the cursor row below the live view.
+        return render(self._progress, width=size.width, height=max(10, size.height - 1))
 
     def handle(self, event: str, progress: Progress, data: dict[str, Any]) -> None:
         self._progress = progress
@@ -178,6 +228,8 @@ class LiveDashboard:
         self.live.refresh()
         if event == "stop":
             self.close()
+            for line in finish_lines(progress.run_id):
+                self.console.print(line, markup=False, highlight=False)
 
     def close(self) -> None:
         if self._started:
@@ -208,7 +260,8 @@ class PlainReporter:
         elif event == "step_end":
             e: StepEvent = data["event"]
             scalar = f" scalar {fmt_number(e.scalar)} ({fmt_gain(e.gain)})" if e.scalar is not None else ""
-            self._say(f"step {e.attempt}: {e.outcome}{' (new best)' if e.new_best else ''}{scalar} — {e.message} "
+            kind = " (new best)" if e.new_best else (" (match, not a new best)" if e.outcome == "accepted" else "")
+            self._say(f"step {e.attempt}: {e.outcome}{kind}{scalar} — {e.message} "
                       f"[{fmt_duration(e.wall_s)}, {fmt_usage(e.input_tokens, e.output_tokens, e.cost_usd)}] "
                       f"best v{p.best_version} = {fmt_number(p.best_scalar)} ({fmt_gain(p.gain_over_seed())} over x_0)"
                       f"; spend ${p.spend:.4f}")
@@ -220,6 +273,8 @@ class PlainReporter:
         elif event == "stop":
             self._say(f"stopped: {data['reason']}; best v{p.best_version} = {fmt_number(p.best_scalar)} "
                       f"({fmt_gain(p.gain_over_seed())} over x_0); {p.attempt} steps; spend ${p.spend:.4f}")
+            for line in finish_lines(p.run_id):
+                self._say(line)
 
 
 class JsonReporter:

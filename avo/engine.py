@@ -26,11 +26,12 @@ from typing import Any
 from avo import __version__
 from avo.contract import failed, gain
 from avo.errors import AvoError, BlockedError
-from avo.evaluation import Evaluation, Runtime, evaluate_dir, measure_baselines
+from avo.evaluation import MALFORMED_BASELINES, MALFORMED_PREFIX, Evaluation, Runtime, evaluate_dir, measure_baselines
 from avo.integrity import compare, hash_tree
 from avo.lineage import META_DIR, CandidateError, Lineage, diff_fingerprint, foreign_git_dir
 from avo.models import TargetSpec
-from avo.policy import confirm, first_look
+from avo.partials import builds_partials
+from avo.policy import confirm, first_look, single_decision
 from avo.prompts import fmt_number
 from avo.record_check import check_record
 from avo.record_format import scores_line, terms, terms_digest, trailer_lines
@@ -445,6 +446,18 @@ def restore_record(run: Run) -> list[str]:
 # -- start -----------------------------------------------------------------------------------
 
 
+def command_warnings(spec: TargetSpec) -> list[str]:
+    """What is fragile in a directory target's commands (said once, when a run starts)."""
+    out = []
+    for label, command in (("evaluate", spec.evaluate_command), ("baselines", spec.baselines_command)):
+        named = next((p for p in command or [] if re.fullmatch(r"python(3(\.\d+)?)?", Path(p).name)), None)
+        if named is not None:
+            out.append(f"the {label} command of target {spec.name!r} names {named!r} instead of {{python}}: it runs "
+                       f"whichever {named} is first on PATH, whose packages may differ from avo's ({sys.executable}); "
+                       "write \"{python}\" in target.yaml")
+    return out
+
+
 def _parse_from(ref: str) -> tuple[str, int | None]:
     match = re.match(r"^(.*):v(\d+)$", ref)
     if match:
@@ -452,6 +465,7 @@ def _parse_from(ref: str) -> tuple[str, int | None]:
     return ref, None
 
 
+@builds_partials
 def start_run(
     target_ref: str | None,
     runs_root: Path,
@@ -468,6 +482,10 @@ def start_run(
     from avo.plugins import call_target_hook, find_target
 
     say = progress or (lambda msg: None)
+    if max_steps is not None and max_steps < 1:
+        raise AvoError(f"--max-steps must be at least 1, got {max_steps}: a run with no step budget can never step")
+    if stall_limit is not None and stall_limit < 1:
+        raise AvoError(f"--stall-limit must be at least 1, got {stall_limit}")
     source: Run | None = None
     source_version: Version | None = None
     if from_ref is not None:
@@ -494,8 +512,13 @@ def start_run(
         runs_root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise AvoError(f"cannot create the runs directory {runs_root}: {exc.strerror or exc}") from None
+    from avo.partials import mark_creator, remove_stale
     from avo.sandbox import resolve_level
 
+    for stale in remove_stale(runs_root):
+        say(f"removed the unfinished run folder {stale.path.name} of an earlier failed start")
+    for warning in command_warnings(spec):
+        say(f"WARNING: {warning}")
     sandbox = sandbox or os.environ.get("AVO_SANDBOX", "").strip() or "auto"
     level, level_why = resolve_level(sandbox)
     if level == "none" and sandbox == "auto":
@@ -508,6 +531,7 @@ def start_run(
     paths = RunPaths(partial.resolve())
     for d in (paths.work, paths.kb, paths.rejected, paths.supervisor, paths.logs, paths.private):
         d.mkdir(parents=True)
+    mark_creator(partial)
     if source is not None and source_version is not None:
         source.lineage.export(source_version.sha, paths.work)
         shutil.rmtree(paths.work / META_DIR, ignore_errors=True)
@@ -536,20 +560,30 @@ def start_run(
     if evaluation.scalar is None:
         raise AvoError(
             f"the seed of {spec.name} fails the gate, so there is nothing to evolve from:\n"
-            f"{evaluation.result.error}\nfull log: {evaluation.log_path}"
+            f"{evaluation.result.error}\nfull log: {evaluation.log_path}\n"
+            f"(the unfinished run folder {partial.name} is removed by `avo runs --clean` or the next start)"
         )
+    say(f"  x_0 = {fmt_number(evaluation.scalar)} ({evaluation.wall_s:.1f} s)")
     state.configs = sorted(evaluation.result.metrics) if evaluation.result.primary is None else []
     state.evaluations = 1
+    warnings: list[str] = []
     if spec.has_baselines or spec.baselines_command:
-        say("measuring baselines ...")
+        log_path = _log_path(paths, "baselines")
+        say(f"measuring baselines (log: {log_path.relative_to(paths.root)}) ...")
         rt = _runtime(run, "baselines")
         try:
-            measured = measure_baselines(spec, _log_path(paths, "baselines"), rt, quick=quick)
+            measured = measure_baselines(spec, log_path, rt, quick=quick)
         finally:
             shutil.rmtree(rt.scratch, ignore_errors=True)
         for name, ev in measured.items():
+            if name == MALFORMED_BASELINES or (ev.result.error or "").startswith(MALFORMED_PREFIX):
+                warnings.append(ev.result.error or "baselines failed")  # not a baseline: kept out of every view
+                say(f"WARNING: {ev.result.error}")
+                continue
             state.baselines.append(Baseline(name=name, correct=ev.scalar is not None, scalar=ev.scalar,
                                             metrics=ev.result.metrics, error=ev.result.error))
+            say(f"  baseline {name}: " + (fmt_number(ev.scalar) if ev.scalar is not None
+                                          else f"failed: {ev.result.error}"))
     v0 = Version(n=0, sha="", tree="", scalar=evaluation.scalar, metrics=evaluation.result.metrics,
                  message="seed x_0" if origin is None else f"seed from {origin}", step=0,
                  time=time.time(), notes=evaluation.result.notes, new_best=True)
@@ -573,6 +607,8 @@ def start_run(
     for b in state.baselines:
         append_trajectory(paths, {"kind": "baseline", "name": b.name, "scalar": b.scalar, "metrics": b.metrics,
                                   "correct": b.correct, "error": b.error})
+    for warning in [*command_warnings(spec), *warnings]:
+        append_trajectory(paths, {"kind": "warning", "step": 0, "text": warning})
     final = runs_root / run_id
     partial.rename(final)
     run = Run(RunPaths(final.resolve()), state)
@@ -675,8 +711,10 @@ def _update_supervisor(state: RunState, fingerprint: str | None, outcome: str) -
             f"{state.rejected_fingerprints[fingerprint]}")
     elif state.failures_in_row >= state.options.failure_limit:
         sup.due, sup.reason = True, f"unproductive cycle: {state.failures_in_row} failed evaluations in a row"
-    elif state.steps_since_best >= state.options.stall_limit:
-        sup.due, sup.reason = True, f"stalled: {state.steps_since_best} steps without a new best"
+    elif min(state.steps_since_best, state.steps - sup.stall_since) >= state.options.stall_limit:
+        stalled = min(state.steps_since_best, state.steps - sup.stall_since)
+        since = " since the last redirect" if stalled < state.steps_since_best else ""
+        sup.due, sup.reason = True, f"stalled: {stalled} steps without a new best{since}"
 
 
 def submit(
@@ -726,13 +764,12 @@ def submit(
             # On a noisy target the best's score drifts with the machine: compare with the
             # median of what was recorded and every later re-measurement of the same version.
             reference = statistics.median([best.scalar, *state.remeasured.get(best.n, [])])
-            verdict = first_look(scalar, reference, direction, band)
+            tie = state.target.tie_tolerance
+            verdict = first_look(scalar, reference, direction, band, tie)
             g = gain(scalar, reference, direction)
-            if verdict == "accept":
-                accepted, new_best = True, g > 0
-                reason = f"{'improves' if g > 0 else 'matches'} the best v{best.n} ({g:+.2%})"
-            elif verdict == "reject":
-                reason = f"worse than the best v{best.n} ({g:+.2%})"
+            if verdict != "confirm":
+                decision = single_decision(scalar, reference, best.n, direction, tie)
+                accepted, new_best, reason = decision.accepted, decision.new_best, decision.reason
             else:
                 say(f"gain {g:+.1%} is inside the noise band (±{band:.0%}): re-measuring the candidate and "
                     f"v{best.n} {state.options.noise.confirm_runs}× each, interleaved ...")
@@ -759,6 +796,7 @@ def submit(
             "error": evaluation.result.error, "notes": evaluation.result.notes,
             "best_before": best.n, "reason": reason, "wall_s": round(evaluation.wall_s, 3),
             "log": evaluation.log_path.name, "fingerprint": fingerprint, "sandbox": state.sandbox,
+            "new_best": new_best,
         }
         if confirm_info:
             record["confirm"] = confirm_info
@@ -830,8 +868,12 @@ def submit(
                              state.supervisor.due, state.supervisor.reason, notes)
 
 
-def revert(run: Run) -> Path | None:
-    """Discard the uncommitted experiment (its diff is archived, never lost)."""
+def revert(run: Run, message: str | None = None) -> Path | None:
+    """Discard the uncommitted experiment (its diff is archived, never lost).
+
+    A revert with changes is an attempt: the trajectory records its diff and ``message``
+    (why it was abandoned), and every view that lists attempts shows it.
+    """
     with run_lock(run.paths):
         run.state = load_state(run.paths)
         recover(run)
@@ -839,13 +881,17 @@ def revert(run: Run) -> Path | None:
         tree = run.lineage.snapshot_tree()
         diff = run.lineage.diff(best.sha, tree)
         path = None
+        step = run.state.steps + 1
+        note = (message or "").strip()
         if diff.strip():
             stamp = time.strftime("%Y%m%d-%H%M%S")
-            path = run.paths.rejected / f"reverted-{stamp}-step{run.state.steps + 1:04d}.diff"
-            path.write_text(f"# reverted before submit (step {run.state.steps + 1})\n" + diff)
+            path = run.paths.rejected / f"reverted-{stamp}-step{step:04d}.diff"
+            header = f"# reverted before submit (step {step})" + (f": {note}" if note else "")
+            path.write_text(header.replace("\n", " ") + "\n" + diff)
         run.lineage.reset_hard(best.sha)
-        append_trajectory(run.paths, {"kind": "revert", "step": run.state.steps + 1,
-                                      "diff": str(path.relative_to(run.paths.root)) if path else None})
+        append_trajectory(run.paths, {"kind": "revert", "step": step, "message": note or None,
+                                      "diff": str(path.relative_to(run.paths.root)) if path else None,
+                                      "tree": tree if path else None, "best_before": best.n})
         return path
 
 
@@ -870,7 +916,8 @@ def record_redirect(run: Run, text: str) -> Path:
         sup.due, sup.reason = False, None
         sup.pending_redirect = text.strip()
         sup.redirect_step = run.state.steps + 1
-        run.state.steps_since_best = 0
+        # The stall count restarts at the redirect, but "since the last new best" stays true.
+        sup.stall_since = run.state.steps
         run.state.failures_in_row = 0
         run.save()
         append_trajectory(run.paths, {"kind": "supervisor_record", "step": run.state.steps + 1,

@@ -158,6 +158,11 @@ def evaluate_dir(
     return Evaluation(result, scalar, outcome.wall_s, log_path)
 
 
+MALFORMED_BASELINES = "(baselines)"
+MALFORMED_PREFIX = "malformed baselines output"
+BASELINES_SHAPE = '{"baselines": {"NAME": {"correct": true, "metrics": {...}}, ...}}'
+
+
 def measure_baselines(spec: TargetSpec, log_path: Path, rt: Runtime | None = None, *,
                       quick: bool = False) -> dict[str, Evaluation]:
     """Run the target's baselines once: ``{name: evaluation}`` (empty when it has none)."""
@@ -169,19 +174,22 @@ def measure_baselines(spec: TargetSpec, log_path: Path, rt: Runtime | None = Non
     try:
         outcome = _launch(spec, rt, None, log_path, quick=quick, baselines=True)
     except (ValueError, AvoError) as exc:
-        return {"(baselines)": Evaluation(failed(f"baselines failed: {exc}"), None, 0.0, log_path)}
+        return {MALFORMED_BASELINES: Evaluation(failed(f"baselines failed: {exc}"), None, 0.0, log_path)}
     data, problem = last_json_object(outcome.payload)
     many = count_results(outcome.payload)
     if data is None or outcome.returncode != 0 or many > 1:
         error = (problem if data is None else
                  f"{many} result objects" if many > 1 else (outcome.result.error or f"exit {outcome.returncode}"))
-        return {"(baselines)": Evaluation(failed(f"baselines failed: {error}"), None, outcome.wall_s, log_path)}
+        return {MALFORMED_BASELINES: Evaluation(failed(f"baselines failed: {error}"), None, outcome.wall_s, log_path)}
     table = data.get("baselines", data)
     out: dict[str, Evaluation] = {}
-    if not isinstance(table, dict):
-        return {"(baselines)": Evaluation(failed("baselines output is not an object of results"), None, 0.0, log_path)}
+    if not isinstance(table, dict) or not table or not all(isinstance(raw, dict) for raw in table.values()):
+        shape = "a single result" if isinstance(table, dict) and "correct" in table else "something else"
+        return {MALFORMED_BASELINES: Evaluation(failed(
+            f"{MALFORMED_PREFIX} of target {spec.name!r}: its last line is {shape}, expected {BASELINES_SHAPE}; "
+            "no baselines are recorded for this run"), None, outcome.wall_s, log_path)}
     for name, raw in table.items():
-        result = parse_object(raw) if isinstance(raw, dict) else failed(f"baseline {name!r} is not an object")
+        result = parse_object(raw)
         scalar, why = scalar_of(result)
         if scalar is None and result.correct:
             result = failed(why or "no scalar")

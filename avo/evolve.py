@@ -73,6 +73,7 @@ class StepEvent:
     cost_usd: float = 0.0
     version: int | None = None
     new_best: bool = False
+    parent: int | None = None  # the best version the step started from
 
 
 @dataclass
@@ -215,7 +216,10 @@ def _event_from_record(r: dict[str, Any]) -> StepEvent:
         scalar=r.get("scalar"), reason=str(r.get("reason") or r.get("error") or ""),
         wall_s=float(usage.get("wall_s") or 0.0), input_tokens=int(usage.get("input_tokens") or 0),
         output_tokens=int(usage.get("output_tokens") or 0), cost_usd=float(usage.get("cost_usd") or 0.0),
-        version=r.get("version"),
+        version=r.get("version"), parent=r.get("best_before"),
+        # Records before "new_best" was stored: an accepted step that "improves" (or was confirmed) was one.
+        new_best=bool(r.get("new_best", r.get("outcome") == "accepted"
+                            and str(r.get("reason", "")).startswith(("improves", "confirmed")))),
     )
 
 
@@ -292,6 +296,9 @@ def evolve(run: Run, config: EvolveConfig, reporter: Reporter | None = None) -> 
     if not info.available:
         needs = f"; it needs: {', '.join(info.needs)}" if info.needs else ""
         raise AvoError(f"backend {config.backend!r} cannot run here: {info.reason or 'not available'}{needs}")
+    missing = info.missing_options(config.options)
+    if missing:
+        raise AvoError(f"backend {config.backend!r} needs {', '.join(missing)}")
     report = reporter or NullReporter()
     notes = _prepare(run, config)
     progress = make_progress(run, config)
@@ -406,6 +413,7 @@ def _step(run: Run, config: EvolveConfig, info: BackendInfo, progress: Progress,
     progress.activity = f"step {attempt}: avo evaluating the work tree"
     report.handle("note", progress, {"text": progress.activity})
     best_before = run.state.best_version.scalar
+    event.parent = run.state.best_version.n
     try:
         out = submit(run, message, extra=usage)
     except BlockedError:

@@ -212,12 +212,17 @@ class AvoTools:
         r = self._open(run)
         return "\n".join(submit_lines(submit(r, message.strip()), r, via="mcp"))
 
-    def revert(self, run: RunArg = None) -> str:
+    def revert(
+        self,
+        run: RunArg = None,
+        message: Annotated[str | None, Field(
+            description="Why the experiment is abandoned; recorded with its diff as an attempt.")] = None,
+    ) -> str:
         from avo.engine import revert
         from avo.summaries import revert_line
 
         r = self._open(run)
-        return revert_line(revert(r), r)
+        return revert_line(revert(r, message), r)
 
     def status(self, run: RunArg = None) -> str:
         from avo.summaries import status_dict, status_lines, work_dirty
@@ -231,16 +236,18 @@ class AvoTools:
         self,
         run: RunArg = None,
         attempts: Annotated[bool, Field(
-            description="List every submitted step (accepted, rejected, failed) instead of accepted versions.")
+            description="List every attempt (accepted, match, rejected, failed, reverted) instead of accepted "
+                        "versions.")
         ] = False,
     ) -> str:
+        from avo.numbers import display_digits
         from avo.prompts import lineage_table
         from avo.state import read_trajectory
         from avo.summaries import attempt_lines
 
         r = self._open(run)
         if attempts:
-            return "\n".join(attempt_lines(read_trajectory(r.paths))) or "no submitted steps yet"
+            return "\n".join(attempt_lines(read_trajectory(r.paths), display_digits(r.state))) or "no attempts yet"
         return lineage_table(r.state, rows=10**9)
 
     def supervisor_brief(self, run: RunArg = None) -> str:
@@ -307,7 +314,8 @@ TOOLS: list[tuple[str, str, str, dict[str, bool]]] = [
     ("avo_evaluate", "evaluate",
      "Score the current contents of work/ without changing the lineage (the same as running the run's avo-eval). "
      "Call it as often as useful while you edit, to check correctness and speed before you submit; "
-     "quick=true screens cheaply in the target's quick mode when a full evaluation is slow.",
+     "quick=true screens cheaply in the target's quick mode when the target declares one (the prompt then "
+     "offers it) and a full evaluation is slow.",
      {"read_only_hint": False, "destructive_hint": False, "idempotent_hint": True}),
     ("avo_submit", "submit",
      "Finish the step: avo evaluates work/ itself and commits it as a new version iff it passes the correctness "

@@ -97,6 +97,13 @@ class TargetSpec(BaseModel):
     work_limits: WorkLimits = Field(default_factory=WorkLimits)
     noise: NoiseSpec = Field(default_factory=NoiseSpec)
     stall_limit: int = Field(3, ge=1, description="Steps without a new best before the supervisor")
+    tie_tolerance: float = Field(
+        1e-9, ge=0.0, lt=0.1, description="Relative difference under which two scores are a tie (a match)"
+    )
+    precision: int | None = Field(
+        None, ge=1, le=15, description="Significant digits shown for scores (default: from the lineage's spread)"
+    )
+    has_quick: bool = Field(False, description="The evaluator has a cheaper quick mode (AVO_QUICK=1 / --quick)")
     requirements: list[str] = Field(
         default_factory=list, description="Import names the evaluator needs (checked by doctor)"
     )
@@ -174,7 +181,22 @@ class BackendInfo(BaseModel):
     available: bool = True
     reason: str | None = Field(None, description="Why it cannot run here, never a secret")
     costs_money: bool = False
+    required_options: dict[str, str | None] = Field(
+        default_factory=dict,
+        description="Options a step cannot run without: {option: environment variable that may stand in, or null}",
+    )
     provider: str | None = None
+
+    def missing_options(self, options: dict[str, str]) -> list[str]:
+        """Each required option given neither as ``--option`` nor through its environment variable, in words."""
+        import os
+
+        missing = []
+        for key, env in self.required_options.items():
+            if str(options.get(key) or "").strip() or (env and os.environ.get(env, "").strip()):
+                continue
+            missing.append(f"--option {key}=..." + (f" (or ${env})" if env else ""))
+        return missing
 
 
 class StepRequest(BaseModel):

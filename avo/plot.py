@@ -1,14 +1,17 @@
 """The trajectory figure (the paper's Figure 5/6), plus the internal search it hides.
 
 The running best scalar is a step function over committed versions (or wall time), with a
-filled circle at each new best; each config's score, divided by its x_0 value, is a dotted
-curve on a secondary axis; baselines are labelled horizontal lines. With ``attempts`` every
-rejected or failed submit from ``trajectory.jsonl`` is a faint dot, so the search between
-commits that the paper's figure leaves out is visible.
+filled circle at each new best; baselines are labelled horizontal lines. Each config's
+score, divided by its x_0 value, is a dotted curve in its own small panel below (small
+multiples), never on a second axis over the scalar. With ``attempts`` every rejected
+(hollow orange triangle) or failed (red cross) submit from ``trajectory.jsonl`` is drawn
+above the lines, so the search between commits that the paper's figure leaves out is
+visible.
 
 matplotlib is imported inside the functions (Agg backend, no display), so importing this
 module stays cheap. Every artist carries a ``gid`` (``running-best``, ``new-best``,
-``config:NAME``, ``baseline:NAME``, ``attempts-rejected``, ``attempts-failed``) so tests
+``config:NAME``, ``baseline:NAME``, ``baseline-label:NAME``, ``baseline-off:NAME``,
+``attempts-rejected``, ``attempts-failed``) so tests
 and tools can find them without looking at pixels.
 """
 
@@ -29,6 +32,7 @@ if TYPE_CHECKING:
     from avo.engine import Run
 
 FORMATS = ("png", "svg", "pdf")
+MAX_CONFIG_PANELS = 8
 X_AXES = ("version", "time")
 
 
@@ -123,8 +127,11 @@ def trajectory_data(run: Run, *, x: str = "version") -> TrajectoryData:
 
     running: list[float] = []
     for v in versions:
-        running.append(v.scalar if not running or better(v.scalar, running[-1], direction) else running[-1])
-    marks = [i == 0 or better(running[i], running[i - 1], direction) for i in range(len(versions))]
+        # A match (a tie within the target's tolerance) does not move the running best.
+        running.append(v.scalar if not running or (v.new_best and better(v.scalar, running[-1], direction))
+                       else running[-1])
+    marks = [i == 0 or (versions[i].new_best and better(running[i], running[i - 1], direction))
+             for i in range(len(versions))]
 
     seed = versions[0].metrics
     names = state.configs or sorted(seed)
@@ -140,33 +147,80 @@ def trajectory_data(run: Run, *, x: str = "version") -> TrajectoryData:
                           running, marks, configs, baselines, attempts, x_end)  # type: ignore[arg-type]
 
 
-def build_figure(run: Run, *, x: str = "version", attempts: bool = False) -> Figure:
+def build_figure(
+    run: Run, *, x: str = "version", attempts: bool = False, since: int | None = None, log: bool = False
+) -> Figure:
     """The trajectory as a matplotlib Figure (Agg; nothing is shown or saved)."""
     data = trajectory_data(run, x=x)
-    return figure_from_data(data, attempts=attempts)
+    if since is not None and not 0 <= since < len(data.xs):
+        raise AvoError(f"--since v{since}: run {data.run_id} has v0..v{len(data.xs) - 1}")
+    return figure_from_data(data, attempts=attempts, since=since, log=log)
 
 
-def figure_from_data(data: TrajectoryData, *, attempts: bool = False) -> Figure:
-    """Draw :class:`TrajectoryData` (split out so it can be drawn without a run)."""
+def spread_labels(values: list[float], gap: float) -> list[float]:
+    """Label positions (axes fractions, in the order given) at least ``gap`` apart, each near its value."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    placed: dict[int, float] = {}
+    last = -1.0
+    for i in order:
+        placed[i] = max(values[i], last + gap)
+        last = placed[i]
+    overflow = last - 0.98
+    if overflow > 0:  # pushed off the top: shift the whole stack down
+        for i in placed:
+            placed[i] -= overflow
+    return [placed[i] for i in range(len(values))]
+
+
+def _visible_range(data: TrajectoryData, since: int | None, attempts: bool) -> tuple[float, float, float, float]:
+    """(x0, x1, y_lo, y_hi) of the committed curve (from ``since`` on) and the attempts shown."""
+    first = since or 0
+    x0 = data.xs[first]
+    ys = data.running_best[first:]
+    if attempts:
+        ys = ys + [a.scalar for a in data.attempts if a.scalar is not None and a.x >= x0]
+    return x0, data.x_end, min(ys), max(ys)
+
+
+def figure_from_data(
+    data: TrajectoryData, *, attempts: bool = False, since: int | None = None, log: bool = False
+) -> Figure:
+    """Draw :class:`TrajectoryData` (split out so it can be drawn without a run).
+
+    The top panel is the scalar: running best, new bests, attempts, baselines. Below it each
+    config has its own small panel (its score relative to x_0), so no per-config curve can be
+    read against the scalar's axis. ``since`` zooms on the versions from ``vN`` on; ``log``
+    puts the scalar on a log axis. A baseline far outside the visible range is named at the
+    panel's edge instead of squashing the curve.
+    """
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
 
-    fig = Figure(figsize=(11, 5.4), dpi=110)
-    ax = fig.add_subplot(1, 1, 1)
+    configs = list(data.configs.items())[:MAX_CONFIG_PANELS]
+    fig = Figure(figsize=(11, 7.4 if configs else 5.4), dpi=110)
+    if configs:
+        grid = fig.add_gridspec(2, len(configs), height_ratios=[3, 1.25], hspace=0.45, wspace=0.3)
+        ax = fig.add_subplot(grid[0, :])
+    else:
+        ax = fig.add_subplot(1, 1, 1)
     handles: list[Any] = []
+    x0, x1, lo, hi = _visible_range(data, since, attempts)
+    span = max(hi - lo, abs(hi) * 0.02, 1e-12)
 
     if attempts and data.attempts:
         rejected = [(a.x, a.scalar) for a in data.attempts if a.outcome == "rejected" and a.scalar is not None]
         failed = [a for a in data.attempts if a.scalar is None or a.outcome == "failed"]
         if rejected:
-            sc = ax.scatter([p[0] for p in rejected], [p[1] for p in rejected], s=18, color="0.55",
-                            alpha=0.45, linewidths=0, zorder=2, label=f"rejected attempt ({len(rejected)})")
+            # Drawn above the lines, hollow and in their own colour, so none hides under the step line.
+            sc = ax.scatter([p[0] for p in rejected], [p[1] for p in rejected], s=46, marker="v",
+                            facecolors="none", edgecolors="tab:orange", linewidths=1.4, zorder=6,
+                            label=f"rejected attempt ({len(rejected)})")
             sc.set_gid("attempts-rejected")
             handles.append(sc)
         if failed:
             # Failed attempts have no score: pin them to the bottom edge of the axes.
-            sc = ax.scatter([a.x for a in failed], [0.02] * len(failed), s=24, marker="x", color="tab:red",
-                            alpha=0.6, linewidths=1.2, zorder=2, transform=ax.get_xaxis_transform(),
+            sc = ax.scatter([a.x for a in failed], [0.03] * len(failed), s=40, marker="x", color="tab:red",
+                            linewidths=1.6, zorder=6, transform=ax.get_xaxis_transform(),
                             clip_on=False, label=f"failed attempt, no score ({len(failed)})")
             sc.set_gid("attempts-failed")
             handles.append(sc)
@@ -184,58 +238,99 @@ def figure_from_data(data: TrajectoryData, *, attempts: bool = False) -> Figure:
     marks.set_gid("new-best")
     handles.append(marks)
 
+    y_lo, y_hi = lo - 0.08 * span, hi + 0.08 * span
     palette = ["tab:gray", "tab:brown", "tab:olive", "tab:cyan", "tab:pink", "tab:purple"]
+    inside: list[tuple[str, float, str]] = []
+    off: list[tuple[str, float, str]] = []
     for i, (name, value) in enumerate(sorted(data.baselines.items(), key=lambda kv: kv[1])):
-        line = ax.axhline(value, color=palette[i % len(palette)], linestyle="--", linewidth=1.2, zorder=1,
+        color = palette[i % len(palette)]
+        # Within three spans of the curve a baseline is drawn to scale; further out it would squash the curve.
+        (inside if lo - 3 * span <= value <= hi + 3 * span else off).append((name, value, color))
+    for name, value, color in inside:
+        line = ax.axhline(value, color=color, linestyle="--", linewidth=1.2, zorder=1,
                           label=f"baseline {name} ({fmt_number(value)})")
         line.set_gid(f"baseline:{name}")
-        ax.annotate(name, xy=(1.0, value), xycoords=("axes fraction", "data"), xytext=(-4, 3),
-                    textcoords="offset points", ha="right", va="bottom", fontsize=8,
-                    color=palette[i % len(palette)])
         handles.append(line)
+        y_lo, y_hi = min(y_lo, value - 0.05 * span), max(y_hi, value + 0.05 * span)
+    if log and y_lo <= 0:
+        y_lo = min(v for v in [*data.running_best, *(b for _, b, _ in inside)] if v > 0) * 0.9
+    ax.set_ylim(y_lo, y_hi)
+    if log:
+        ax.set_yscale("log")
+    if since:
+        ax.set_xlim(x0 - 0.3, x1 + 0.3)
+    to_axes = ax.transAxes.inverted()
+    fractions = [to_axes.transform(ax.transData.transform((0, v)))[1] for _, v, _ in inside]
+    for (name, _value, color), y in zip(inside, spread_labels(fractions, 0.055), strict=True):
+        text = ax.annotate(name, xy=(1.0, y), xycoords="axes fraction", xytext=(-4, 2),
+                           textcoords="offset points", ha="right", va="bottom", fontsize=8, color=color)
+        text.set_gid(f"baseline-label:{name}")
+    for k, (name, value, color) in enumerate(off):
+        above = value > hi
+        text = ax.annotate(f"{'↑' if above else '↓'} baseline {name} = {fmt_number(value)} (off the chart)",
+                           xy=(0.01, (0.97 - 0.05 * k) if above else (0.05 + 0.05 * k)), xycoords="axes fraction",
+                           ha="left", va="top" if above else "bottom", fontsize=8, color=color)
+        text.set_gid(f"baseline-off:{name}")
+        handles.append(Line2D([], [], color=color, linestyle="--", label=f"baseline {name} ({fmt_number(value)}, "
+                              "off the chart)"))
 
     ax.set_xlabel(data.x_label)
     sense = "higher is better" if data.direction == "maximize" else "lower is better"
-    ax.set_ylabel(f"scalar (geomean of configs unless primary; {sense})")
+    ax.set_ylabel(f"scalar ({sense}{', log scale' if log else ''})")
     if data.x_label == "committed version":
-        ax.set_xticks(data.xs)
-        ax.set_xticklabels([f"v{int(v)}" for v in data.xs], fontsize=8)
+        ticks = [x for x in data.xs if x >= x0]
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([f"v{int(v)}" for v in ticks], fontsize=8)
     ax.grid(True, alpha=0.25)
 
-    if data.configs:
-        ax2 = ax.twinx()
-        colors = ["tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive",
-                  "tab:cyan"]
-        for i, (name, ratios) in enumerate(data.configs.items()):
-            pts = [(x, r) for x, r in zip(data.xs, ratios, strict=True) if r is not None]
-            (line,) = ax2.plot([p[0] for p in pts], [p[1] for p in pts], linestyle=":", linewidth=1.4,
-                               marker=".", markersize=4, color=colors[i % len(colors)], alpha=0.85,
-                               label=f"{name} (÷ x_0)")
-            line.set_gid(f"config:{name}")
-            handles.append(line)
-        ax2.set_ylabel("per-config score relative to x_0 (×), dotted")
-        ax2.axhline(1.0, color="0.8", linewidth=0.8, zorder=0)
+    colors = ["tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan"]
+    for i, (name, ratios) in enumerate(configs):
+        sub = fig.add_subplot(grid[1, i])
+        pts = [(x, r) for x, r in zip(data.xs, ratios, strict=True) if r is not None and x >= x0]
+        (line,) = sub.plot([p[0] for p in pts], [p[1] for p in pts], linestyle=":", linewidth=1.4,
+                           marker=".", markersize=5, color=colors[i % len(colors)])
+        line.set_gid(f"config:{name}")
+        sub.axhline(1.0, color="0.75", linewidth=0.8, zorder=0)
+        sub.set_title(f"{name} (÷ x_0)", fontsize=8)
+        sub.tick_params(labelsize=7)
+        sub.grid(True, alpha=0.2)
+        if data.x_label == "committed version":
+            sub.set_xticks([x for x in data.xs if x >= x0][:: max(1, len(data.xs) // 6)])
+            sub.set_xticklabels([f"v{int(v)}" for v in sub.get_xticks()], fontsize=7)
+    if len(data.configs) > MAX_CONFIG_PANELS:
+        fig.text(0.99, 0.01, f"{len(data.configs) - MAX_CONFIG_PANELS} more configs not drawn", ha="right",
+                 fontsize=7, color="0.4")
 
     if attempts and not data.attempts:
         handles.append(Line2D([], [], linestyle="none", label="no rejected or failed attempts"))
+    n = len(data.xs)
     fig.suptitle(f"{data.target}: best {fmt_number(data.running_best[-1])} vs x_0 {fmt_number(data.scalars[0])} "
-                 f"({data.gain:+.1%}) over {len(data.xs) - 1} committed versions", fontsize=12)
+                 f"({data.gain:+.1%}); {n} version{'s' if n != 1 else ''} (v0..v{n - 1})"
+                 + (f", from v{since} on" if since else ""), fontsize=12)
     ax.set_title(f"run {data.run_id}", fontsize=9, color="0.35")
-    fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.765, 0.88), fontsize=8, frameon=False)
-    fig.subplots_adjust(left=0.07, right=0.69, top=0.86, bottom=0.11)
+    fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.765, 0.9), fontsize=8, frameon=False)
+    fig.subplots_adjust(left=0.07, right=0.72 if not configs else 0.99, top=0.88, bottom=0.08)
+    if configs:  # the legend sits right of the scalar panel only
+        pos = ax.get_position()
+        ax.set_position((pos.x0, pos.y0, 0.69 - pos.x0, pos.height))
     return fig
 
 
-def plot_run(run: Run, output: Path, *, x: str = "version", attempts: bool = False) -> Path:
-    """Render the trajectory of ``run`` to ``output`` (``.png``, ``.svg`` or ``.pdf``)."""
+def plot_run(
+    run: Run, output: Path, *, x: str = "version", attempts: bool = False, since: int | None = None,
+    log: bool = False,
+) -> Path:
+    """Render the trajectory of ``run`` to ``output`` (``.png``, ``.svg`` or ``.pdf``) in an existing folder."""
     output = Path(output)
     fmt = output.suffix.lower().lstrip(".")
     if fmt not in FORMATS:
         raise AvoError(f"cannot write a plot to {output}: the file must end in .png, .svg or .pdf")
+    if not output.parent.is_dir():
+        raise AvoError(f"cannot write a plot to {output}: the folder {output.parent} does not exist "
+                       "(create it first, or pick another --output)")
     try:
-        fig = build_figure(run, x=x, attempts=attempts)
+        fig = build_figure(run, x=x, attempts=attempts, since=since, log=log)
     except ImportError:
         raise AvoError("plots need matplotlib: pip install 'avo[plot]'") from None
-    output.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(output, format=fmt, bbox_inches="tight")
     return output

@@ -519,10 +519,11 @@ def find_target(ref: str) -> TargetSpec:
         raise AvoError(f"target {ref!r} is claimed by {len(answers)} plugins: "
                        + " and ".join(_label(a.provider or "") for a in answers)
                        + f"; neither is used until one is removed or disabled ({DISABLE_ENV}=ENTRY_POINT)")
-    known = ", ".join(sorted(s.name for s in specs)) or "none installed"
+    names = sorted(s.name for s in specs)
+    known = ", ".join(names) or "none installed"
     raise AvoError(
         f"unknown target {ref!r}: not an installed target ({known}) "
-        "and not a folder holding a target.yaml" + "".join(f"\n  {e}" for e in errors)
+        f"and not a folder holding a target.yaml{did_you_mean(ref, names)}" + "".join(f"\n  {e}" for e in errors)
     )
 
 
@@ -534,8 +535,18 @@ def find_backend(name: str) -> BackendInfo:
     for info in infos:
         if info.name == name:
             return info
-    known = ", ".join(sorted(b.name for b in infos)) or "none installed"
-    raise AvoError(f"unknown backend {name!r}; installed backends: {known}")
+    names = sorted(b.name for b in infos)
+    known = ", ".join(names) or "none installed"
+    raise AvoError(f"unknown backend {name!r}; installed backends: {known}{did_you_mean(name, names)}")
+
+
+def did_you_mean(word: str, names: list[str]) -> str:
+    """``"; did you mean 'x'?"`` for the closest of ``names``, or ``""``."""
+    import difflib
+
+    close = difflib.get_close_matches(word.lower(), {n.lower(): n for n in names}, n=1, cutoff=0.6)
+    match = next((n for n in names if n.lower() == close[0]), None) if close else None
+    return f"; did you mean {match!r}?" if match else ""
 
 
 def plugin_module_dir(name: str) -> Path | None:

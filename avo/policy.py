@@ -1,5 +1,9 @@
 """The commit policy (paper §3.2): pass the gate and match or improve the best committed score.
 
+Two scores within a relative tolerance (``tie_tolerance``, 1e-9 by default) are a *tie*:
+re-finding the same optimum through another path of floating-point arithmetic is a match,
+never a new best and never a loss, whatever the last bits say.
+
 With a declared noise band, a gain inside the band is not taken on one measurement: the
 candidate and the best version are re-measured alternately and the medians decide. To be
 accepted there the candidate's median must beat the incumbent's by the band's standard
@@ -16,8 +20,10 @@ from typing import Literal
 
 from avo.contract import gain
 from avo.models import Direction
+from avo.numbers import fmt_pct
 
 Verdict = Literal["accept", "reject", "confirm"]
+TIE_TOLERANCE = 1e-9
 
 
 @dataclass(frozen=True)
@@ -28,8 +34,17 @@ class Decision:
     reason: str
 
 
-def first_look(candidate: float, best: float, direction: Direction, band: float) -> Verdict:
+def is_tie(a: float, b: float, tolerance: float = TIE_TOLERANCE) -> bool:
+    """Whether ``a`` and ``b`` are equal within the relative ``tolerance``."""
+    return abs(a - b) <= tolerance * max(abs(a), abs(b))
+
+
+def first_look(
+    candidate: float, best: float, direction: Direction, band: float, tie: float = TIE_TOLERANCE
+) -> Verdict:
     """Decide on one measurement, or ask for confirmation when the gain is inside the band."""
+    if is_tie(candidate, best, tie):
+        return "accept"  # a match, however the rounding fell
     g = gain(candidate, best, direction)
     if band <= 0:
         return "accept" if g >= 0 else "reject"
@@ -38,6 +53,23 @@ def first_look(candidate: float, best: float, direction: Direction, band: float)
     if g < -band:
         return "reject"
     return "confirm"
+
+
+def fmt_tolerance(tolerance: float) -> str:
+    """``1e-9`` rather than Python's ``1e-09``."""
+    return f"{tolerance:g}".replace("e-0", "e-").replace("e+0", "e+")
+
+
+def single_decision(
+    candidate: float, best: float, best_n: int, direction: Direction, tie: float = TIE_TOLERANCE
+) -> Decision:
+    """The decision and its reason when one measurement decides (no noise confirmation)."""
+    if is_tie(candidate, best, tie):
+        return Decision(True, False, candidate, f"matches v{best_n} (tie within {fmt_tolerance(tie)})")
+    g = gain(candidate, best, direction)
+    if g > 0:
+        return Decision(True, True, candidate, f"improves the best v{best_n} ({fmt_pct(g, 2)})")
+    return Decision(False, False, candidate, f"worse than the best v{best_n} ({fmt_pct(g, 2)})")
 
 
 def confirm(candidate_runs: list[float], best_runs: list[float], direction: Direction, band: float) -> Decision:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from avo.contract import gain
+from avo.numbers import display_digits, fmt_number, fmt_pct
+from avo.policy import fmt_tolerance
 from avo.state import RunState, Version, read_trajectory
 
 if TYPE_CHECKING:
@@ -19,14 +21,6 @@ MAX_CONFIG_COLUMNS = 8
 MAX_LINEAGE_ROWS = 12
 MAX_REJECTED = 5
 MAX_NOTES_LINES = 60
-
-
-def fmt_number(x: float | None) -> str:
-    if x is None:
-        return "—"
-    if x == 0 or 1e-3 <= abs(x) < 1e6:
-        return f"{x:.4g}" if abs(x) < 100 else f"{x:,.1f}"
-    return f"{x:.3e}"
 
 
 def _trim(text: str | None, limit: int = 300) -> str:
@@ -52,23 +46,30 @@ def config_order(state: RunState) -> list[str]:
 
 
 def lineage_table(state: RunState, rows: int = MAX_LINEAGE_ROWS) -> str:
-    """Markdown table of accepted versions with per-config scores and deltas."""
+    """Markdown table of accepted versions with per-config scores and deltas.
+
+    Digits follow :func:`avo.numbers.display_digits`, so a small real gain never shows as
+    ``+0%``; a version accepted as a match (no new best) says ``match`` in its Δ column.
+    """
     configs = config_order(state)[:MAX_CONFIG_COLUMNS]
     versions = state.versions
+    digits = display_digits(state)
     shown: list[Version] = versions if len(versions) <= rows else [versions[0], *versions[-(rows - 1):]]
     head = ["ver", "scalar", "Δ prev", *configs, "message"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     prev: Version | None = None
     for v in shown:
         direction = state.target.direction
-        delta = "" if prev is None else f"{gain(v.scalar, prev.scalar, direction):+.1%}"
+        delta = "" if prev is None else fmt_pct(gain(v.scalar, prev.scalar, direction))
+        if v.n > 0 and not v.new_best:
+            delta += " match"
         mark = " ★" if v.n == state.best else ""
         per_config = []
         for c in configs:
             value, before = v.metrics.get(c), prev.metrics.get(c) if prev else None
-            moved = f" ({gain(value, before, direction):+.0%})" if value is not None and before else ""
-            per_config.append(fmt_number(value) + moved)
-        cells = [f"v{v.n}{mark}", fmt_number(v.scalar), delta, *per_config, _cell(v.message, 70)]
+            moved = f" ({fmt_pct(gain(value, before, direction), 0)})" if value is not None and before else ""
+            per_config.append(fmt_number(value, digits) + moved)
+        cells = [f"v{v.n}{mark}", fmt_number(v.scalar, digits), delta.strip(), *per_config, _cell(v.message, 70)]
         lines.append("| " + " | ".join(cells) + " |")
         prev = v
     if len(state.configs) > MAX_CONFIG_COLUMNS:
@@ -91,14 +92,19 @@ def _kb_index(run: Run) -> str:
     return "\n".join(entries) or "(empty)"
 
 
-def _rejected(records: list[dict[str, Any]], limit: int = MAX_REJECTED) -> str:
-    rows = [r for r in records if r.get("kind") == "submit" and r.get("outcome") != "accepted"][-limit:]
+def _rejected(records: list[dict[str, Any]], limit: int = MAX_REJECTED, digits: int | None = None) -> str:
+    rows = [r for r in records if (r.get("kind") == "submit" and r.get("outcome") != "accepted")
+            or (r.get("kind") == "revert" and r.get("diff"))][-limit:]
     if not rows:
         return "(none yet)"
     out = []
     for r in rows:
+        if r.get("kind") == "revert":
+            out.append(f"- step {r['step']} reverted (not submitted): {_trim(r.get('message'), 100) or '(no message)'}"
+                       f" (diff: {r['diff']})")
+            continue
         what = f"error: {_trim(r.get('error'), 240)}" if r.get("outcome") == "failed" else (
-            f"scalar {fmt_number(r.get('scalar'))} — {_trim(r.get('reason'), 120)}")
+            f"scalar {fmt_number(r.get('scalar'), digits)} — {_trim(r.get('reason'), 120)}")
         out.append(f"- step {r['step']} {r['outcome']}: {_trim(r.get('message'), 100)} → {what}"
                    + (f" (diff: {r['diff']})" if r.get("diff") else ""))
     return "\n".join(out)
@@ -107,8 +113,9 @@ def _rejected(records: list[dict[str, Any]], limit: int = MAX_REJECTED) -> str:
 def _baselines(state: RunState) -> str:
     if not state.baselines:
         return ""
+    digits = display_digits(state)
     rows = [
-        f"- {b.name}: {fmt_number(b.scalar) if b.correct else 'failed: ' + _trim(b.error, 80)}"
+        f"- {b.name}: {fmt_number(b.scalar, digits) if b.correct else 'failed: ' + _trim(b.error, 80)}"
         for b in state.baselines
     ]
     return "## Baselines (measured at start)\n" + "\n".join(rows) + "\n\n"
@@ -141,7 +148,11 @@ def variation_prompt(run: Run) -> str:
             f"{state.supervisor.pending_redirect}\n\n"
         )
     seed = state.seed_version
+    digits = display_digits(state)
     over_seed = gain(best.scalar, seed.scalar, spec.direction)
+    seed_text = fmt_number(seed.scalar, digits)
+    quick = (f"\n  `{paths.avo_eval} --quick` screens in the target's cheap mode (not comparable with the lineage)"
+             if spec.has_quick and not state.options.quick else "")
     sense = "higher is better" if spec.direction == "maximize" else "lower is better"
     history = (f"`git diff v0 v{best.n}` (the lineage so far), `git diff v{best.n}` (your uncommitted edits)"
                if best.n else "`git diff v0` (your uncommitted edits)")
@@ -150,14 +161,13 @@ def variation_prompt(run: Run) -> str:
 ## Goal
 {spec.goal.strip() or spec.description}
 
-Best so far: **v{best.n} = {fmt_number(best.scalar)}** ({over_seed:+.1%} over x_0 = {fmt_number(seed.scalar)}; {sense}).
+Best so far: **v{best.n} = {fmt_number(best.scalar, digits)}** ({fmt_pct(over_seed)} over x_0 = {seed_text}; {sense}).
 The scalar is the geometric mean of the per-config metrics unless the target gives one.
 
 {redirect}## Where things are
 - candidate x_t: `{paths.work}/` — the evolved file is `{spec.entrypoint}`; edit only inside work/
 - knowledge base K (read-only): `{paths.kb}/`
-- evaluate f at will: `{paths.avo_eval}` (short summary; full logs in `{paths.logs}/`);
-  `{paths.avo_eval} --quick` screens in the target's cheap mode (not comparable with the lineage)
+- evaluate f at will: `{paths.avo_eval}` (short summary; full logs in `{paths.logs}/`){quick}
 - submit when done: `avo submit --run {paths.root} -m "what changed and why"` (avo adds the `vN:` tag itself)
 - scratch memory that survives every reset: `{paths.notes}`
 - lineage P_t is git history in work/: `git log --oneline`, `git show v{best.n}:{spec.entrypoint}`,
@@ -169,7 +179,9 @@ The scalar is the geometric mean of the per-config metrics unless the target giv
    changed evaluator stops the run.
 2. avo scores the candidate itself on submit; a score you report is never used. A candidate
    is committed only if it passes the correctness gate and matches or beats v{best.n}.
-   Otherwise its diff is archived in rejected/ and work/ is reset to v{best.n}.
+   Otherwise its diff is archived in rejected/ and work/ is reset to v{best.n}. Scores within a
+   relative {fmt_tolerance(spec.tie_tolerance)} of the best are a tie: a match, not a new best. A match is worth
+   submitting only when it is simpler or faster than v{best.n}; otherwise `avo revert -m "why"`.
 3. Simplicity criterion: all else equal, simpler is better. A tiny gain that adds ugly
    complexity is not worth it; removing code for an equal score is a win.
 4. Keep output out of your context: avo-eval prints a summary; read the logs only when an
@@ -178,11 +190,11 @@ The scalar is the geometric mean of the per-config metrics unless the target giv
    A reset removes untracked files in work/ (helper scripts too): submit the ones worth keeping
    with a candidate, or list them in a committed work/.gitignore.
 
-## Lineage (★ = best)
+## Lineage (★ = best; "match" = accepted without a new best)
 {lineage_table(state)}
 
 {_baselines(state)}## Recent rejected or failed attempts
-{_rejected(records)}
+{_rejected(records, digits=digits)}
 
 ## Knowledge base
 {_kb_index(run)}
@@ -195,7 +207,7 @@ The scalar is the geometric mean of the per-config metrics unless the target giv
 MAX_SCREENING = 12
 
 
-def _screening(records: list[dict[str, Any]]) -> str:
+def _screening(records: list[dict[str, Any]], digits: int | None = None) -> str:
     """The agent's own measurements: often the best evidence of what was tried and why it stalled."""
     evals = [r for r in records if r.get("kind") == "eval" and r.get("id") != "seed"][-MAX_SCREENING:]
     if not evals:
@@ -203,8 +215,8 @@ def _screening(records: list[dict[str, Any]]) -> str:
     rows = ["| eval | during step | scalar | vs best | error |", "|---|---|---|---|---|"]
     for r in evals:
         g = r.get("gain_vs_best")
-        rows.append(f"| {r.get('id')} | {r.get('step')} | {fmt_number(r.get('scalar'))} | "
-                    f"{'' if g is None else f'{g:+.1%}'} | {_cell(r.get('error'), 80)} |")
+        rows.append(f"| {r.get('id')} | {r.get('step')} | {fmt_number(r.get('scalar'), digits)} | "
+                    f"{'' if g is None else fmt_pct(g)} | {_cell(r.get('error'), 80)} |")
     return "\n".join(rows)
 
 
@@ -213,18 +225,24 @@ def supervisor_brief(run: Run) -> str:
     state = run.state
     spec = state.target
     records = read_trajectory(run.paths)
-    steps = [r for r in records if r.get("kind") == "submit"]
+    digits = display_digits(state)
+    steps = [r for r in records if r.get("kind") == "submit" or (r.get("kind") == "revert" and r.get("diff"))]
     rows = ["| step | outcome | scalar | vs best before | message | error |", "|---|---|---|---|---|---|"]
     for r in steps:
+        if r.get("kind") == "revert":
+            rows.append(f"| {r['step']} | reverted | — | not submitted ({_cell(r.get('diff'), 80)}) | "
+                        f"{_cell(r.get('message'), 70)} |  |")
+            continue
+        outcome = r["outcome"] + (" (match)" if r["outcome"] == "accepted" and r.get("new_best") is False else "")
         rows.append(
-            f"| {r['step']} | {r['outcome']} | {fmt_number(r.get('scalar'))} | {_cell(r.get('reason'), 120)} | "
+            f"| {r['step']} | {outcome} | {fmt_number(r.get('scalar'), digits)} | {_cell(r.get('reason'), 120)} | "
             f"{_cell(r.get('message'), 70)} | {_cell(r.get('error'), 80)} |"
         )
     trend = ["| config | x_0 | best | trajectory over accepted versions |", "|---|---|---|---|"]
     best = state.best_version
     for c in config_order(state):
-        series = " → ".join(fmt_number(v.metrics.get(c)) for v in state.versions[-8:])
-        first, top = fmt_number(state.seed_version.metrics.get(c)), fmt_number(best.metrics.get(c))
+        series = " → ".join(fmt_number(v.metrics.get(c), digits) for v in state.versions[-8:])
+        first, top = fmt_number(state.seed_version.metrics.get(c), digits), fmt_number(best.metrics.get(c), digits)
         trend.append(f"| {c} | {first} | {top} | {series} |")
     return f"""# Supervisor review — run {state.id}, target `{spec.name}`
 
@@ -243,7 +261,7 @@ change work/.
 {chr(10).join(rows)}
 
 ## Evaluations between submits (avo-eval), the last {MAX_SCREENING}
-{_screening(records)}
+{_screening(records, digits)}
 
 ## Per-config trends
 {chr(10).join(trend)}

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from avo.contract import gain
 from avo.errors import AvoError
+from avo.numbers import display_digits, fmt_pct
 from avo.state import read_trajectory
 
 if TYPE_CHECKING:
@@ -43,10 +44,10 @@ def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
-def _num(x: float | None) -> str:
-    from avo.prompts import fmt_number
+def _num(x: float | None, digits: int | None = None) -> str:
+    from avo.numbers import fmt_number
 
-    return fmt_number(x)
+    return fmt_number(x, digits)
 
 
 def _diff_html(diff: str) -> str:
@@ -85,15 +86,18 @@ def _plot_img(run: Run) -> str:
 
 def _summary(run: Run) -> str:
     s = run.state
+    d = display_digits(s)
     best, seed = s.best_version, s.seed_version
     g = gain(best.scalar, seed.scalar, s.target.direction)
+    matches = sum(1 for v in s.versions[1:] if not v.new_best)
     rows = [
         ("target", f"{s.target.name} — {s.target.description}"),
         ("run", s.id),
         ("started", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(s.created))),
         ("direction", s.target.direction),
-        ("best", f"v{best.n} = {_num(best.scalar)} ({g:+.1%} over x_0 = {_num(seed.scalar)})"),
-        ("committed versions", str(len(s.versions))),
+        ("best", f"v{best.n} = {_num(best.scalar, d)} ({fmt_pct(g)} over x_0 = {_num(seed.scalar, d)})"),
+        ("committed versions", f"{len(s.versions)}" + (f" ({matches} of them matches, not new bests)"
+                                                      if matches else "")),
         ("steps", f"{s.steps}" + (f" of {s.options.max_steps}" if s.options.max_steps else "")),
         ("evaluations", str(s.evaluations)),
         ("quick mode", "yes" if s.options.quick else "no"),
@@ -109,23 +113,27 @@ def _summary(run: Run) -> str:
 
 def _lineage(run: Run) -> str:
     s = run.state
+    d = display_digits(s)
     configs = s.configs or sorted(s.seed_version.metrics)
     head = "".join(f"<th>{_e(c)}</th>" for c in configs)
     rows = []
     prev = None
     for v in s.versions:
-        d_prev = "" if prev is None else f"{gain(v.scalar, prev.scalar, s.target.direction):+.1%}"
-        d_seed = f"{gain(v.scalar, s.seed_version.scalar, s.target.direction):+.1%}"
-        cells = "".join(f"<td>{_e(_num(v.metrics.get(c)))}</td>" for c in configs)
+        d_prev = "" if prev is None else fmt_pct(gain(v.scalar, prev.scalar, s.target.direction))
+        if v.n > 0 and not v.new_best:
+            d_prev += " match"
+        d_seed = fmt_pct(gain(v.scalar, s.seed_version.scalar, s.target.direction))
+        cells = "".join(f"<td>{_e(_num(v.metrics.get(c), d))}</td>" for c in configs)
         cls = ' class="best"' if v.new_best else ""
         star = " ★" if v.n == s.best else ""
         rows.append(f'<tr{cls}><td class="l"><a href="#v{v.n}">v{v.n}</a>{star}</td><td>{v.step}</td>'
-                    f"<td>{_e(_num(v.scalar))}</td><td>{_e(d_prev)}</td><td>{_e(d_seed)}</td>{cells}"
+                    f"<td>{_e(_num(v.scalar, d))}</td><td>{_e(d_prev)}</td><td>{_e(d_seed)}</td>{cells}"
                     f'<td class="l">{_e(v.message)}</td></tr>')
         prev = v
     return (f'<section id="lineage"><h2>Lineage</h2><table><tr><th class="l">version</th><th>step</th>'
             f'<th>scalar</th><th>Δ prev</th><th>Δ x_0</th>{head}<th class="l">message</th></tr>'
-            + "".join(rows) + '</table><p class="muted">★ the best version; highlighted rows are new bests.</p>'
+            + "".join(rows) + '</table><p class="muted">★ the best version; highlighted rows are new bests; '
+            '"match": accepted without a new best.</p>'
             "</section>")
 
 
@@ -133,9 +141,10 @@ def _versions(run: Run) -> str:
     s = run.state
     lineage = run.lineage
     parts = ['<section id="versions"><h2>Accepted versions</h2>']
+    d = display_digits(s)
     for i, v in enumerate(s.versions):
-        kind = "seed" if i == 0 else ("new best" if v.new_best else "match")
-        parts.append(f'<h3 id="v{v.n}">v{v.n} ({_e(kind)}): scalar {_e(_num(v.scalar))}</h3>'
+        kind = "seed" if i == 0 else ("new best" if v.new_best else "match, not a new best")
+        parts.append(f'<h3 id="v{v.n}">v{v.n} ({_e(kind)}): scalar {_e(_num(v.scalar, d))}</h3>'
                      f"<p>{_e(v.message)}</p>")
         if v.notes:
             parts.append(f'<p class="muted">evaluator notes: {_e(v.notes)}</p>')
@@ -162,13 +171,14 @@ def _archived(run: Run, rel: Any) -> str:
 
 
 def _attempts(run: Run, records: list[dict[str, Any]]) -> str:
-    parts = ['<section id="attempts"><h2>Rejected and failed attempts</h2>']
+    parts = ['<section id="attempts"><h2>Rejected, failed and reverted attempts</h2>']
+    d = display_digits(run.state)
     shown = 0
     for rec in records:
         kind = rec.get("kind")
         if kind == "submit" and rec.get("outcome") in ("rejected", "failed"):
             outcome = str(rec["outcome"])
-            score = "" if rec.get("scalar") is None else f" — scalar {_num(rec['scalar'])}"
+            score = "" if rec.get("scalar") is None else f" — scalar {_num(rec['scalar'], d)}"
             parts.append(f'<h3 class="{_e(outcome)}">step {_e(rec.get("step"))} {_e(outcome)}{_e(score)}</h3>'
                          f"<p>{_e(rec.get('message'))}</p>")
             if rec.get("reason"):
@@ -178,7 +188,9 @@ def _attempts(run: Run, records: list[dict[str, Any]]) -> str:
             parts.append(_archived(run, rec.get("diff")))
             shown += 1
         elif kind == "revert" and rec.get("diff"):
-            parts.append(f'<h3 class="muted">reverted before step {_e(rec.get("step"))}</h3>')
+            parts.append(f'<h3 class="muted">step {_e(rec.get("step"))} reverted (not submitted)</h3>')
+            if rec.get("message"):
+                parts.append(f"<p>{_e(rec['message'])}</p>")
             parts.append(_archived(run, rec.get("diff")))
             shown += 1
     if not shown:
@@ -204,8 +216,9 @@ def _baselines(run: Run) -> str:
     s = run.state
     if not s.baselines:
         return '<section id="baselines"><h2>Baselines</h2><p class="muted">none declared.</p></section>'
+    d = display_digits(s)
     rows = "".join(
-        f'<tr><td class="l">{_e(b.name)}</td><td>{_e(_num(b.scalar))}</td>'
+        f'<tr><td class="l">{_e(b.name)}</td><td>{_e(_num(b.scalar, d))}</td>'
         f'<td class="l">{_e("ok" if b.correct else b.error)}</td></tr>'
         for b in s.baselines
     )
@@ -226,8 +239,8 @@ def build_report(run: Run, *, plot: bool = True) -> str:
         f"<h1>avo run {_e(run.state.id)}</h1>",
         _summary(run),
         f'<section id="trajectory"><h2>Trajectory</h2>{figure}<p class="muted">Step line: running best over '
-        "committed versions; circles: new bests; dotted: each config relative to x_0 (right axis); dashed: "
-        "baselines; grey dots: rejected attempts; red crosses: failed attempts.</p></section>",
+        "committed versions; circles: new bests; dashed: baselines; hollow orange triangles: rejected attempts; "
+        "red crosses: failed attempts. The small panels below: each config relative to x_0.</p></section>",
         _lineage(run),
         _versions(run),
         _attempts(run, records),
@@ -244,6 +257,8 @@ def write_report(run: Run, output: Path, *, plot: bool = True) -> Path:
     output = Path(output)
     if output.suffix.lower() not in (".html", ".htm"):
         raise AvoError(f"cannot write a report to {output}: the file must end in .html")
-    output.parent.mkdir(parents=True, exist_ok=True)
+    if not output.parent.is_dir():
+        raise AvoError(f"cannot write a report to {output}: the folder {output.parent} does not exist "
+                       "(create it first, or pick another --output)")
     output.write_text(build_report(run, plot=plot), encoding="utf-8")
     return output

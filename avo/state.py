@@ -69,6 +69,7 @@ class SupervisorState(BaseModel):
     briefs: int = 0
     pending_redirect: str | None = None
     redirect_step: int | None = None  # the step whose prompts carry the redirect
+    stall_since: int = 0  # steps taken when the last redirect was recorded (its stall count starts there)
 
 
 class RunState(BaseModel):

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from avo.contract import gain
-from avo.prompts import fmt_number
+from avo.numbers import display_digits, fmt_number, fmt_pct
 
 if TYPE_CHECKING:
     from avo.engine import EvalReport, Run, SubmitOutcome
@@ -36,30 +36,39 @@ def _rel(path: Path, run: Run) -> Path:
     return path.relative_to(run.paths.root) if path.is_relative_to(run.paths.root) else path
 
 
-def metric_lines(metrics: dict[str, float], reference: dict[str, float], direction: str) -> list[str]:
+def metric_lines(
+    metrics: dict[str, float], reference: dict[str, float], direction: str, digits: int | None = None
+) -> list[str]:
     """One line per config: its value and its change against ``reference``."""
     lines = []
     for key, value in metrics.items():
         ref = reference.get(key)
-        delta = f"  ({gain(value, ref, direction):+.1%})" if ref else ""  # type: ignore[arg-type]
-        lines.append(f"  {key:<24} {fmt_number(value):>12}{delta}")
+        delta = f"  ({fmt_pct(gain(value, ref, direction))})" if ref else ""  # type: ignore[arg-type]
+        lines.append(f"  {key:<24} {fmt_number(value, digits):>12}{delta}")
     return lines
 
 
 def eval_lines(report: EvalReport, run: Run) -> list[str]:
     """What one evaluation of the work tree measured, against the best version."""
     ev, best = report.evaluation, report.compared_to
+    d = display_digits(run.state)
     lines = []
     if ev.scalar is None:
         lines.append(f"FAIL  {ev.result.error}")
     elif report.screening or report.gain is None:
-        lines.append(f"PASS  scalar {fmt_number(ev.scalar)}  (quick screening: the target's cheap mode, "
+        cheap = ("the target's cheap mode" if run.state.target.has_quick
+                 else "this target declares no quick mode, so this was a full evaluation run as a screening")
+        lines.append(f"PASS  scalar {fmt_number(ev.scalar, d)}  (quick screening: {cheap}, "
                      "not comparable with the lineage's full scores)")
-        lines.extend(metric_lines(ev.result.metrics, {}, run.state.target.direction))
+        lines.extend(metric_lines(ev.result.metrics, {}, run.state.target.direction, d))
     else:
-        lines.append(f"PASS  scalar {fmt_number(ev.scalar)}  ({report.gain:+.2%} vs best v{best.n} = "
-                     f"{fmt_number(best.scalar)})")
-        lines.extend(metric_lines(ev.result.metrics, best.metrics, run.state.target.direction))
+        from avo.policy import is_tie
+
+        tie = " — a tie: submitting it would be a match, not a new best" if is_tie(
+            ev.scalar, best.scalar, run.state.target.tie_tolerance) else ""
+        lines.append(f"PASS  scalar {fmt_number(ev.scalar, d)}  ({fmt_pct(report.gain, 2)} vs best v{best.n} = "
+                     f"{fmt_number(best.scalar, d)}){tie}")
+        lines.extend(metric_lines(ev.result.metrics, best.metrics, run.state.target.direction, d))
     if ev.result.notes:
         lines.append(f"notes: {ev.result.notes.strip()}")
     if report.warning:
@@ -68,19 +77,29 @@ def eval_lines(report: EvalReport, run: Run) -> list[str]:
     return lines
 
 
+def finish_lines(run_id: str, via: Via = "cli") -> list[str]:
+    """Where to look once a run (or a session's last step) is over."""
+    if via == "mcp":
+        return [f"see the result: call avo_plot(run='{run_id}') for the trajectory figure; "
+                f"`avo report {run_id}` writes an HTML page"]
+    return [f"see the result: `avo plot {run_id}` (the trajectory figure) and `avo report {run_id}` (an HTML page)"]
+
+
 def submit_lines(res: SubmitOutcome, run: Run, via: Via = "cli") -> list[str]:
     """What a submit decided, the score vector, the budget, and what to do next."""
     state = run.state
+    d = display_digits(state)
     lines = [f"note: {note}" for note in res.notes]
     diff = _rel(res.diff_path, run) if res.diff_path else "-"
     if res.outcome == "accepted" and res.version is not None:
-        kind = "new best" if res.version.new_best else "match"
-        lines.append(f"ACCEPTED as v{res.version.n} ({kind}): scalar {fmt_number(res.version.scalar)} — {res.reason}")
+        kind = "new best" if res.version.new_best else "match, not a new best"
+        lines.append(f"ACCEPTED as v{res.version.n} ({kind}): scalar {fmt_number(res.version.scalar, d)} "
+                     f"— {res.reason}")
     elif res.outcome == "failed":
         lines.append(f"FAILED the gate; work/ reset to v{res.best.n}. Diff archived: {diff}")
         lines.append(f"error: {res.evaluation.result.error}")
     else:
-        lines.append(f"REJECTED: scalar {fmt_number(res.evaluation.scalar)} — {res.reason}; work/ reset to "
+        lines.append(f"REJECTED: scalar {fmt_number(res.evaluation.scalar, d)} — {res.reason}; work/ reset to "
                      f"v{res.best.n}. Diff archived: {diff}")
     if res.evaluation.result.metrics:
         ref = res.best if res.outcome != "accepted" else state.versions[max(0, res.best.n - 1)]
@@ -88,16 +107,17 @@ def submit_lines(res: SubmitOutcome, run: Run, via: Via = "cli") -> list[str]:
         # Say what the percentages compare: after a noise-band re-measurement the decision above
         # used the interleaved medians, while these lines are the first evaluation vs the record.
         lines.append(f"per config, this evaluation vs v{ref.n} as recorded:")
-        lines.extend(metric_lines(res.evaluation.result.metrics, prev, state.target.direction))
+        lines.extend(metric_lines(res.evaluation.result.metrics, prev, state.target.direction, d))
     if res.evaluation.result.notes:
         lines.append(f"notes: {res.evaluation.result.notes.strip()}")
     if res.outcome != "accepted":  # where to look before trying again
         lines.append(f"log: {_rel(res.evaluation.log_path, run)}")
     left = state.steps_left()
-    lines.append(f"best: v{res.best.n} = {fmt_number(res.best.scalar)}; step {res.step}"
+    lines.append(f"best: v{res.best.n} = {fmt_number(res.best.scalar, d)}; step {res.step}"
                  + (f" of {state.options.max_steps} ({left} left)" if left is not None else ""))
     if left == 0:  # `avo prompt` would only say "blocked"
         lines.append(_BUDGET_SPENT[via].format(run=state.id))
+        lines.extend(finish_lines(state.id, via))
     elif res.supervisor_due:
         lines.append(f"SUPERVISOR DUE: {res.supervisor_reason}. {_SUPERVISOR[via]}")
     else:
@@ -110,7 +130,8 @@ def revert_line(path: Path | None, run: Run) -> str:
     best = run.state.best_version
     if path is None:
         return f"nothing to revert; work/ is v{best.n}"
-    return f"reverted work/ to v{best.n}; the discarded diff is {_rel(path, run)}"
+    return (f"reverted work/ to v{best.n}; the discarded diff is {_rel(path, run)} "
+            "(recorded as an attempt: `avo log --attempts`)")
 
 
 def work_dirty(run: Run) -> bool | None:
@@ -147,22 +168,26 @@ def status_dict(run: Run, dirty: bool | None) -> dict[str, Any]:
         "quick": s.options.quick,
         "origin": s.origin,
         "usage": s.usage,
+        "digits": display_digits(s),
+        "matches": sum(1 for v in s.versions[1:] if not v.new_best),
     }
 
 
 def status_lines(data: dict[str, Any]) -> list[str]:
     """Where the run stands, as the few lines a person or an agent reads."""
     b = data["best"]
+    d = data.get("digits")
     lines = [
         f"run {data['run']}  target {data['target']} ({data['direction']})",
-        f"  best {b['version']} = {fmt_number(b['scalar'])} ({b['gain_over_seed']:+.1%} over x_0 = "
-        f"{fmt_number(data['seed']['scalar'])}) — {b['message']}",
+        f"  best {b['version']} = {fmt_number(b['scalar'], d)} ({fmt_pct(b['gain_over_seed'])} over x_0 = "
+        f"{fmt_number(data['seed']['scalar'], d)}) — {b['message']}",
     ]
     budget = f"/{data['max_steps']}" if data["max_steps"] else ""
-    lines.append(f"  steps {data['steps']}{budget}, {data['versions']} versions, "
+    matches = f" ({data['matches']} of them matches, not new bests)" if data.get("matches") else ""
+    lines.append(f"  steps {data['steps']}{budget}, {data['versions']} versions{matches}, "
                  f"{data['steps_since_best']} since the last new best, {data['evaluations']} evaluations")
     if data["baselines"]:
-        lines.append("  baselines: " + ", ".join(f"{k} {fmt_number(v)}" for k, v in data["baselines"].items()))
+        lines.append("  baselines: " + ", ".join(f"{k} {fmt_number(v, d)}" for k, v in data["baselines"].items()))
     sup = data["supervisor"]
     if sup["due"]:
         lines.append(f"  SUPERVISOR DUE: {sup['reason']}")
@@ -173,12 +198,20 @@ def status_lines(data: dict[str, Any]) -> list[str]:
     return lines
 
 
-def attempt_lines(records: list[dict[str, Any]]) -> list[str]:
-    """Every submitted step from the trajectory, one line each (``avo log --attempts``)."""
+def attempt_lines(records: list[dict[str, Any]], digits: int | None = None) -> list[str]:
+    """Every attempt from the trajectory, one line each (``avo log --attempts``).
+
+    Columns: step, outcome (accepted, match, rejected, failed or reverted), the version it
+    became, its scalar (or the error), and the message.
+    """
     lines = []
     for x in records:
         if x.get("kind") == "submit":
+            outcome = "match" if x["outcome"] == "accepted" and x.get("new_best") is False else x["outcome"]
             tag = f" v{x['version']}" if x.get("version") is not None else ""
-            what = fmt_number(x.get("scalar")) if x.get("scalar") is not None else (x.get("error") or "")[:80]
-            lines.append(f"step {x['step']:>3} {x['outcome']:<8}{tag:<5} {what:<12} {x.get('message', '')}")
+            what = fmt_number(x.get("scalar"), digits) if x.get("scalar") is not None else (x.get("error") or "")[:80]
+            lines.append(f"step {x['step']:>3} {outcome:<8}{tag:<5} {what:<12} {x.get('message', '')}")
+        elif x.get("kind") == "revert" and x.get("diff"):
+            lines.append(f"step {x['step']:>3} {'reverted':<8}{'':<5} {'—':<12} {x.get('message') or '(no message)'}"
+                         f"  [{x['diff']}]")
     return lines

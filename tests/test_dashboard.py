@@ -79,12 +79,14 @@ def test_plain_reporter_prints_one_line_per_event() -> None:
     rep.handle("supervisor_end", p, {"redirect": "try tiling\nmore", "path": "x"})
     rep.handle("stop", p, {"reason": "time budget spent"})
     lines = buf.getvalue().splitlines()
-    assert len(lines) == 6 and "\x1b" not in buf.getvalue()
+    assert len(lines) == 7 and "\x1b" not in buf.getvalue()
     assert "evolve toy-20261129-120000: target toy, backend api, max 10 steps" in lines[0]
     assert lines[1].endswith("step 4/10: agent working")
     assert "step 1: accepted (new best) scalar 12 (+20.0%) — raise X" in lines[2] and "$0.1500" in lines[2]
     assert "supervisor: stalled" in lines[3] and "try tiling" in lines[4]
     assert "stopped: time budget spent; best v2 = 15 (+50.0% over x_0)" in lines[5]
+    # The log ends by pointing at the figure and the report of this run.
+    assert "`avo plot toy-20261129-120000`" in lines[6] and "`avo report toy-20261129-120000`" in lines[6]
 
 
 def test_json_reporter_writes_one_object_per_event() -> None:
@@ -97,3 +99,47 @@ def test_json_reporter_writes_one_object_per_event() -> None:
     assert first["event"] == "step_end" and first["outcome"] == "failed" and first["reason"] == "square(3) returned 6"
     assert first["spend_usd"] == 0.4321 and first["best"] == 15.0 and first["gain_over_seed"] == 0.5
     assert second == {**second, "event": "stop", "reason": "done", "run": "toy-20261129-120000"}
+
+
+def test_dashboard_stays_whole_at_80x24() -> None:
+    p = _progress()
+    long = "classic: parenthesise the inner loop, hoist the bounds check and unroll by four so the tail is short"
+    for i in range(4, 9):
+        p.recent.append(StepEvent(i, i, "rejected", "ok", f"{long} ({i})", scalar=14.0, gain=-0.07, wall_s=20,
+                                  input_tokens=1200, output_tokens=80, cost_usd=0.02, parent=2))
+    console = Console(record=True, width=80, height=24, color_system=None)
+    console.print(render(p, width=80, height=24))
+    text = console.export_text()
+    lines = text.rstrip("\n").splitlines()
+    assert len(lines) <= 24, text
+    assert all(len(line) <= 80 for line in lines)
+    assert "avo evolve" in lines[0] and "toy-20261129-120000" in text  # the header is there, at the top
+    assert "tokens/cost" in text and "parent" in text and "v2" in text
+    assert "(8)" in text and "unroll by four" in text  # the newest message, whole (wrapped, not cut)
+    assert "…" not in text
+
+
+def test_dashboard_live_view_fits_its_console() -> None:
+    console = Console(record=True, width=80, height=24, force_terminal=True, color_system=None)
+    dash = LiveDashboard(console)
+    p = _progress()
+    dash.handle("start", p, {})
+    dash.close()
+    text = console.export_text()
+    assert "tokens/cost" in text and "target" in text
+
+
+def test_new_best_star_survives_resume(tmp_path, runs_root, core_plugins) -> None:  # type: ignore[no-untyped-def]
+    from avo.engine import start_run, submit
+    from avo.evolve import EvolveConfig, make_progress
+    from tests.conftest import FIXTURES, set_constants
+
+    run = start_run(str(FIXTURES / "toy"), runs_root)
+    set_constants(run.paths.work, x=6)
+    submit(run, "X to 6")
+    progress = make_progress(run, EvolveConfig(backend="mock"))
+    event = progress.recent[-1]
+    assert event.new_best and event.parent == 0
+    console = Console(record=True, width=80, height=24, color_system=None)
+    console.print(render(progress, width=80, height=24))
+    assert "accepted ★" in console.export_text()

@@ -200,7 +200,7 @@ def test_max_cost_stops_before_a_step_past_the_spend(tmp_path: Path, toy: Path, 
 def test_step_timeout_is_recorded_and_a_missing_command_is_a_clear_error(tmp_path: Path, toy: Path,
                                                                          runs_root: Path, core_plugins: None) -> None:
     run = start_run(str(toy), runs_root)
-    with pytest.raises(AvoError, match="mock backend needs a step command"):
+    with pytest.raises(AvoError, match=r"backend 'mock' needs --option command=\.\.\. \(or \$AVO_MOCK_COMMAND\)"):
         evolve(run, EvolveConfig(backend="mock", max_steps=1))
     marker = tmp_path / "grandchild.pid"
     # The step starts a grandchild that would outlive a plain kill; the whole group must die.

@@ -136,3 +136,66 @@ def test_a_fresh_run_plots_its_seed_alone(tmp_path: Path) -> None:
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "no rejected or failed attempts" in labels
     assert "+0.0%" in fig.texts[0].get_text()
+
+
+def test_per_config_ratios_have_their_own_panels(toy_run: Run) -> None:
+    fig = build_figure(toy_run)
+    (step,) = _by_gid(fig, "running-best")
+    lines = [_by_gid(fig, f"config:{name}")[0] for name in ("config_a", "config_b")]
+    # No config curve shares the scalar's axes (or a twin of it): each sits in its own small panel.
+    assert all(line.axes is not step.axes for line in lines)
+    assert lines[0].axes is not lines[1].axes
+    assert all(line.axes.get_position().y1 < step.axes.get_position().y0 for line in lines)
+    assert {line.axes.get_title() for line in lines} == {"config_a (÷ x_0)", "config_b (÷ x_0)"}
+
+
+def test_rejected_attempts_are_visible_marks_above_the_lines(toy_run: Run) -> None:
+    fig = build_figure(toy_run, attempts=True)
+    (rejected,) = _by_gid(fig, "attempts-rejected")
+    (step,) = _by_gid(fig, "running-best")
+    assert rejected.get_zorder() > step.get_zorder()
+    assert (rejected.get_alpha() or 1.0) == 1.0 and rejected.get_sizes()[0] >= 40
+    (failed,) = _by_gid(fig, "attempts-failed")
+    assert failed.get_zorder() > step.get_zorder()
+
+
+def test_baseline_labels_are_kept_apart() -> None:
+    from avo.plot import TrajectoryData, figure_from_data, spread_labels
+
+    data = TrajectoryData("t", "r", "maximize", "committed version", [0.0, 1.0], [10.0, 12.0], [10.0, 12.0],
+                          [True, True], {}, {"a": 11.0, "b": 11.01, "c": 11.02}, [], 1.0)
+    fig = figure_from_data(data)
+    ys = sorted(_by_gid(fig, f"baseline-label:{n}")[0].xy[1] for n in "abc")
+    assert all(b - a >= 0.05 for a, b in zip(ys, ys[1:], strict=False))
+    assert spread_labels([0.5, 0.5], 0.1) == pytest.approx([0.5, 0.6])
+
+
+def test_a_far_baseline_does_not_squash_the_curve_and_since_zooms() -> None:
+    from avo.plot import TrajectoryData, figure_from_data
+
+    data = TrajectoryData("t", "r", "maximize", "committed version", [0.0, 1.0, 2.0, 3.0],
+                          [1.0, 100.0, 100.5, 101.0], [1.0, 100.0, 100.5, 101.0], [True] * 4, {},
+                          {"far": 10_000.0}, [], 3.0)
+    fig = figure_from_data(data)
+    (step,) = _by_gid(fig, "running-best")
+    assert step.axes.get_ylim()[1] < 200 and not _by_gid(fig, "baseline:far")
+    (note,) = _by_gid(fig, "baseline-off:far")
+    assert "off the chart" in note.get_text() and "far" in note.get_text()
+    zoomed = figure_from_data(data, since=1)
+    (step,) = _by_gid(zoomed, "running-best")
+    lo, hi = step.axes.get_ylim()
+    assert lo > 90 and hi < 110  # the first jump (1 -> 100) no longer hides the later progress
+    assert "from v1 on" in zoomed.texts[0].get_text()
+    logged = figure_from_data(data, log=True)
+    assert _by_gid(logged, "running-best")[0].axes.get_yscale() == "log"
+
+
+def test_title_counts_versions_like_status(toy_run: Run, tmp_path: Path) -> None:
+    title = build_figure(toy_run).texts[0].get_text()
+    assert f"{len(toy_run.state.versions)} versions (v0..v{len(toy_run.state.versions) - 1})" in title
+    result = CliRunner().invoke(app, ["plot", str(toy_run.paths.root), "-o", str(tmp_path / "z.png"),
+                                      "--since", "v1", "--log"])
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(app, ["plot", str(toy_run.paths.root), "-o", str(tmp_path / "z.png"),
+                                      "--since", "v9"])
+    assert result.exit_code == 1 and "has v0..v3" in result.output

@@ -49,6 +49,7 @@ def spec() -> TargetSpec:
         eval_timeout=600.0,
         baseline_timeout=600.0,
         has_baselines=True,
+        has_quick=True,  # options.quick runs a smaller benchmark set
         # Measured here (bench.py, 2026-11-29, load average ~5 on the shared 2 cores): five
         # full evaluations of one kernel gave scalars with a 3.6 % standard deviation and a
         # max/min of 1.10, so a single gain below ~8 % is not evidence; inside the band avo

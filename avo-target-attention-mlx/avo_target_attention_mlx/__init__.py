@@ -56,6 +56,7 @@ def spec() -> TargetSpec:
         eval_timeout=600.0,
         baseline_timeout=900.0,
         has_baselines=True,
+        has_quick=True,  # options.quick runs a smaller benchmark set
         # Measured by bench.py on the 2-core Linux box: see REPORT.md / README.md.
         noise=NoiseSpec(band=0.10, confirm_runs=3),
         requirements=["mlx", "numpy"],

@@ -60,6 +60,7 @@ def spec() -> TargetSpec:
         eval_timeout=900.0,
         baseline_timeout=3600.0,
         has_baselines=True,
+        has_quick=True,  # options.quick runs a smaller benchmark set
         noise=NoiseSpec(band=0.0),
         requirements=[],
     )

@@ -55,6 +55,7 @@ class _Evaluate(BaseModel):
     command: list[str] = Field(min_length=1)
     timeout: float = 1800.0
     limits: ResourceLimits = Field(default_factory=ResourceLimits)
+    quick: bool = False  # the evaluator has a cheaper mode when AVO_QUICK=1
 
     _placeholders = field_validator("command")(_check_placeholders)
 
@@ -81,6 +82,8 @@ class _Score(BaseModel):
     model_config = ConfigDict(extra="forbid")
     direction: Direction = "maximize"
     noise: NoiseSpec = Field(default_factory=NoiseSpec)
+    tie_tolerance: float = Field(1e-9, ge=0.0, lt=0.1)
+    precision: int | None = Field(None, ge=1, le=15)
 
 
 class _Agent(BaseModel):
@@ -168,6 +171,9 @@ def spec_from_folder(folder: Path) -> TargetSpec:
         limits=tf.evaluate.limits,
         noise=tf.score.noise,
         stall_limit=tf.supervisor.stall_limit,
+        tie_tolerance=tf.score.tie_tolerance,
+        precision=tf.score.precision,
+        has_quick=tf.evaluate.quick,
         requirements=tf.requirements,
         work_limits=tf.work_limits,
         directory=folder,

@@ -41,6 +41,7 @@ def avo_backends() -> list[BackendInfo]:
         description="runs a shell command per step (CI, scripted agents); no model, no cost",
         needs=[f"a command: --option command=... or ${COMMAND_ENV}"],
         available=True,
+        required_options={"command": COMMAND_ENV},
     )]
 
 

@@ -16,8 +16,33 @@ RunsDir = Annotated[
     Path | None,
     typer.Option("--runs-dir", envvar="AVO_RUNS_DIR", help="Where runs live (default ./runs).", show_default=False),
 ]
+class Enclosing(str):
+    """A run reference taken from the current directory, not typed by the user."""
+
+
+def enclosing_run(start: Path | None = None) -> Path | None:
+    """The run folder that holds ``start`` (default: the current directory), if any.
+
+    A command typed inside ``runs/ID/work/`` means that run, not ``work/runs``.
+    """
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "run.json").is_file() and (folder / "work").is_dir():
+            return folder
+    return None
+
+
+def _default_run(value: str | None) -> str | None:
+    if value is not None:
+        return value
+    inside = enclosing_run()
+    return Enclosing(inside) if inside is not None else None
+
+
 RunRef = Annotated[
-    str | None, typer.Option("--run", help="Run id or path (default: the newest run).", show_default=False)
+    str | None,
+    typer.Option("--run", help="Run id or path (default: the run whose folder you are in, else the newest run).",
+                 show_default=False, callback=_default_run),
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 SandboxOpt = Annotated[str | None, typer.Option(

@@ -139,6 +139,9 @@ def register(app: typer.Typer) -> None:
                 seed=seed if seed is not None else previous.get("seed"),
                 options=opts,
             )
+            missing = info.missing_options(config.options)
+            if missing:  # before a run is created, the seed evaluated and baselines measured
+                raise AvoError(f"backend {chosen!r} needs {', '.join(missing)}; nothing was started")
             if not resume:
                 if not target:
                     raise AvoError("say which target to evolve: --target NAME|PATH (or --resume RUN)")

@@ -39,7 +39,18 @@ def register(app: typer.Typer) -> None:
             result = verify_example(example, version=version)
             if result.evaluator_changed:
                 out.print("note: the installed target's evaluator differs from the one this run used")
+            from avo.numbers import digits_to_separate, fmt_number
+
             verdict = "OK" if result.ok else "MISMATCH"
-            out.print(f"{verdict}: v{result.version.n} — {result.detail}")
+            out.print(f"{verdict}: v{result.version.n} — {result.detail}", markup=False)
+            v = result.version
+            pairs = [(v.scalar, result.scalar)] if result.scalar is not None else []
+            pairs += [(x, result.metrics[k]) for k, x in v.metrics.items() if k in result.metrics]
+            d = digits_to_separate([p for p in pairs if p[0] != p[1]] or [], floor=6)
+            for label, scalar, metrics in (("recorded", v.scalar, v.metrics),
+                                           ("measured", result.scalar, result.metrics)):
+                vector = ", ".join(f"{k} {fmt_number(x, d)}" for k, x in metrics.items())
+                out.print(f"  {label}: scalar {fmt_number(scalar, d)}" + (f" ({vector})" if vector else ""),
+                          markup=False)
             if not result.ok:
                 raise typer.Exit(1)

@@ -38,9 +38,12 @@ def register(app: typer.Typer) -> None:
             if json_out:
                 print_json([s.model_dump(mode="json") for s in specs])
                 return
+            from rich.markup import escape
+
             table = _table("targets", ["name", "provider", "direction", "entrypoint", "description"])
             for s in specs:
-                table.add_row(s.name, s.provider or "", s.direction, s.entrypoint, s.description)
+                table.add_row(*(escape(t) for t in (s.name, s.provider or "", s.direction, s.entrypoint,
+                                                    s.description)))
             out.print(table)
             _conflicts(conflicts)
             out.print("A folder with a target.yaml works too: avo start --target ./my_target")
@@ -55,10 +58,14 @@ def register(app: typer.Typer) -> None:
             if json_out:
                 print_json([b.model_dump(mode="json") for b in infos])
                 return
+            from rich.markup import escape
+
             table = _table("backends", ["name", "provider", "ready", "needs", "description"])
             for b in infos:
                 ready = "yes" if b.available else f"no: {b.reason or ''}"
-                table.add_row(b.name, b.provider or "", ready, ", ".join(b.needs), b.description)
+                # Plugin text is not markup: an install hint like 'avo-backend-x[sdk]' must print whole.
+                table.add_row(*(escape(t) for t in (b.name, b.provider or "", ready, ", ".join(b.needs),
+                                                    b.description)))
             out.print(table)
             _conflicts(conflicts)
 
@@ -98,8 +105,11 @@ def register(app: typer.Typer) -> None:
     def doctor(
         target: Annotated[str | None, typer.Option("--target", help="Check one target only.")] = None,
     ) -> None:
-        """Check Python, git, a C compiler, the installed plugins, each target's packages and each backend."""
-        from avo.plugins import all_backends, announced_targets, plugin_records
+        """Check Python, git, a C compiler, the sandbox, the installed plugins, each target's packages and each
+        backend."""
+        from rich.markup import escape
+
+        from avo.plugins import all_backends, announced_targets, find_target, plugin_records
 
         problems = 0
 
@@ -108,7 +118,8 @@ def register(app: typer.Typer) -> None:
             if not ok:
                 problems += 1
             mark = "[green]ok[/]  " if ok else f"[red]{bad}[/]"
-            out.print(f"{mark} {what}" + (f"\n        fix: {fix}" if fix and not ok else ""), markup=True)
+            text = escape(what) + (f"\n        fix: {escape(fix)}" if fix and not ok else "")
+            out.print(f"{mark} {text}", markup=True)
 
         v = sys.version_info
         line(v >= (3, 10), f"Python {v.major}.{v.minor}.{v.micro} ({sys.executable})", "install Python 3.10 or newer")
@@ -118,6 +129,11 @@ def register(app: typer.Typer) -> None:
         cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
         line(cc is not None, f"C compiler: {cc or 'not found'}",
              "install gcc or clang (needed by attention_c and by cffi builds)")
+        from avo.sandbox import probe
+
+        sandboxed, why = probe()
+        line(sandboxed, f"sandbox: {why}" if sandboxed else f"sandbox: {why}; candidates would run unisolated",
+             "install bubblewrap (./install.sh does it on Debian/Ubuntu), or accept `--sandbox none` knowingly")
         from avo.distribution import CORE_DISTRIBUTION, foreign_avo
 
         foreign = foreign_avo()
@@ -144,8 +160,10 @@ def register(app: typer.Typer) -> None:
                          f"fix the plugin (or tell its author), or uninstall it: pip uninstall {r.distribution}",
                          bad="PROBLEM")
             specs, conflicts = announced_targets()
+            if target and not any(spec.name == target for spec in specs):
+                specs = [find_target(target)]  # a folder given by path is checked like one on $AVO_TARGET_PATH
             for spec in specs:
-                if target and spec.name != target:
+                if target and spec.name != target and len(specs) > 1:
                     continue
                 missing = [m for m in spec.requirements if importlib.util.find_spec(m) is None]
                 line(not missing, f"target {spec.name}: " + ("ready" if not missing else f"needs {', '.join(missing)}"),
@@ -154,8 +172,8 @@ def register(app: typer.Typer) -> None:
                 line(False, f"target {target}: conflict", "uninstall or disable one of the two")
             for info in all_backends():
                 state = "ready" if info.available else f"not ready: {info.reason}"
-                out.print(f"{'[green]ok[/]  ' if info.available else '[yellow]--[/]  '} backend {info.name}: {state}",
-                          markup=True)
+                out.print(f"{'[green]ok[/]  ' if info.available else '[yellow]--[/]  '} "
+                          f"{escape(f'backend {info.name}: {state}')}", markup=True)
         out.print("all checks passed" if problems == 0 else f"{problems} problem(s) found")
         if problems:
             raise typer.Exit(1)

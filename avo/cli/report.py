@@ -16,8 +16,11 @@ RunArg = Annotated[
 
 
 def _pick(positional: str | None, option: str | None) -> str | None:
+    from avo.cli.common import Enclosing
     from avo.errors import AvoError
 
+    if isinstance(option, Enclosing):  # only the current directory's run: a named one wins
+        return positional if positional is not None else option
     if positional is not None and option is not None and positional != option:
         raise AvoError(f"two different runs given: {positional!r} and --run {option!r}; give one")
     return positional if positional is not None else option
@@ -42,17 +45,26 @@ def register(app: typer.Typer) -> None:
                      ] = "version",
         attempts: Annotated[bool, typer.Option("--attempts", help="Also draw every rejected or failed attempt.")
                             ] = False,
+        since: Annotated[str | None, typer.Option(
+            "--since", help="Zoom on the committed versions from vN on (e.g. v1: hides the first jump).")] = None,
+        log: Annotated[bool, typer.Option("--log", help="Scalar on a log axis.")] = False,
         run: RunRef = None,
         runs_dir: RunsDir = None,
         json_out: JsonFlag = False,
     ) -> None:
-        """Plot the trajectory (the paper's Figure 5/6): running best, new bests, per-config curves, baselines."""
+        """Plot the trajectory (the paper's Figure 5/6): running best, new bests, baselines, per-config panels."""
         from avo.engine import open_run
+        from avo.errors import AvoError
         from avo.plot import plot_run
 
         with user_errors():
+            first = None
+            if since is not None:
+                if not since.lstrip("v").isdigit():
+                    raise AvoError(f"--since expects a version like v3, got {since!r}")
+                first = int(since.lstrip("v"))
             r = open_run(_pick(run_arg, run), runs_root(runs_dir))
-            path = plot_run(r, output, x=x, attempts=attempts)
+            path = plot_run(r, output, x=x, attempts=attempts, since=first, log=log)
             _wrote(r.state.id, path, json_out)
 
     @app.command()

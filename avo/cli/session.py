@@ -54,11 +54,13 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
         target: Annotated[
             str | None, typer.Option("--target", "-t", help="Target name or folder with target.yaml.")
         ] = None,
-        max_steps: Annotated[int | None, typer.Option("--max-steps", help="Step budget of this session.")] = None,
+        max_steps: Annotated[int | None, typer.Option("--max-steps", min=1, help="Step budget of this session.")
+                             ] = None,
         quick: Annotated[bool, typer.Option("--quick", help="Use the target's cheap smoke evaluation.")] = False,
         stall_limit: Annotated[
             int | None,
-            typer.Option("--stall-limit", help="Steps without a new best before the supervisor (default 3)."),
+            typer.Option("--stall-limit", min=1,
+                         help="Steps without a new best before the supervisor (default: the target's, 3)."),
         ] = None,
         from_run: Annotated[
             str | None, typer.Option("--from", help="Seed from another run's version: RUN[:vN].")
@@ -145,8 +147,13 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
                 _print_submit(res, r)
 
     @app.command()
-    def revert(run: RunRef = None, runs_dir: RunsDir = None) -> None:
-        """Discard the uncommitted experiment in work/ (its diff is archived in rejected/)."""
+    def revert(
+        message: Annotated[str | None, typer.Option(
+            "--message", "-m", help="Why the experiment is abandoned (recorded with its diff as an attempt).")] = None,
+        run: RunRef = None,
+        runs_dir: RunsDir = None,
+    ) -> None:
+        """Discard the uncommitted experiment in work/ (its diff is archived and recorded as an attempt)."""
         from avo.engine import open_run
         from avo.engine import revert as do_revert
 
@@ -154,7 +161,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
             r = open_run(run, runs_root(runs_dir))
             from avo.summaries import revert_line
 
-            out.print(revert_line(do_revert(r), r), markup=False)
+            out.print(revert_line(do_revert(r, message), r), markup=False)
 
     @app.command()
     def status(run: RunRef = None, runs_dir: RunsDir = None, json_out: JsonFlag = False) -> None:
@@ -175,10 +182,16 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
     def log(
         run: RunRef = None,
         runs_dir: RunsDir = None,
-        attempts: Annotated[bool, typer.Option("--attempts", help="Every step, not only accepted versions.")] = False,
+        attempts: Annotated[bool, typer.Option(
+            "--attempts", help="Every attempt instead, one line each: step, outcome (accepted, match, rejected, "
+            "failed, reverted), the version it became, its scalar or error, and its message.")] = False,
         json_out: JsonFlag = False,
     ) -> None:
-        """The lineage: accepted versions with scores (and every attempt with --attempts)."""
+        """The lineage table: accepted versions with per-config scores (--attempts: every attempt).
+
+        With --json, the versions as recorded; with --json --attempts, every submit, revert and
+        evaluation record of the trajectory.
+        """
         from avo.engine import open_run
         from avo.prompts import lineage_table
         from avo.state import read_trajectory
@@ -192,33 +205,55 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
             if json_out:
                 data: Any = [v.model_dump() for v in r.state.versions]
                 if attempts:
-                    data = [x for x in read_trajectory(r.paths) if x.get("kind") in ("submit", "eval")]
+                    data = [x for x in read_trajectory(r.paths) if x.get("kind") in ("submit", "revert", "eval")]
                 print_json(data)
                 return
             if attempts:
+                from avo.numbers import display_digits
                 from avo.summaries import attempt_lines
 
-                _print_lines(attempt_lines(read_trajectory(r.paths)))
+                lines = attempt_lines(read_trajectory(r.paths), display_digits(r.state))
+                _print_lines(lines or ["no attempts yet"])
                 return
             out.print(lineage_table(r.state, rows=10**9), markup=False)
 
     @app.command()
-    def runs(runs_dir: RunsDir = None, json_out: JsonFlag = False) -> None:
-        """Every run in the runs directory, oldest first."""
+    def runs(
+        runs_dir: RunsDir = None,
+        json_out: JsonFlag = False,
+        clean: Annotated[bool, typer.Option(
+            "--clean", help="Remove the unfinished folders of failed or interrupted starts.")] = False,
+    ) -> None:
+        """Every run in the runs directory, oldest first, and any unfinished start."""
         from avo.engine import all_runs
+        from avo.partials import list_partials, remove_stale
 
         with user_errors():
-            states = all_runs(runs_root(runs_dir))
+            root = runs_root(runs_dir)
+            removed = remove_stale(root) if clean else []
+            states = all_runs(root)
+            partials = list_partials(root)
             if json_out:
                 print_json([{"run": s.id, "target": s.target.name, "versions": len(s.versions), "steps": s.steps,
-                             "best": s.best_version.scalar, "created": s.created} for s in states])
+                             "best": s.best_version.scalar, "created": s.created} for s in states]
+                           + [{"run": p.run_id, "path": str(p.path), "unfinished": True, "starting": p.alive}
+                              for p in partials])
                 return
-            if not states:
-                out.print(f"no runs under {runs_root(runs_dir).resolve()}")
+            for p in removed:
+                out.print(f"removed {p.path}", markup=False)
+            if not states and not partials:
+                out.print(f"no runs under {root.resolve()}", markup=False)
             for s in states:
                 when = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.created))
                 out.print(f"{s.id:<40} {s.target.name:<16} {when}  steps {s.steps:>3}  "
-                          f"v{s.best_version.n} = {_fmt(s.best_version.scalar)}")
+                          f"v{s.best_version.n} = {_fmt(s.best_version.scalar)}", markup=False)
+            for p in partials:
+                what = "still starting" if p.alive else "unfinished start (failed or interrupted)"
+                log = f"; log {p.logs[-1]}" if p.logs else ""
+                out.print(f"{p.path.name:<40} {what}{log}", markup=False)
+            if any(not p.alive for p in partials):
+                out.print("`avo runs --clean` removes the unfinished ones (the next `avo start` does too)",
+                          markup=False)
 
 
 def read_text_arg(text: str | None, file: Path | None) -> str:
