@@ -85,8 +85,10 @@ def avo_knowledge(target: TargetSpec, dest: Path) -> bool | None:
 def avo_evaluate(target: TargetSpec, workdir: Path, options: EvalOptions) -> EvalResult | None:
     """Score the candidate in ``workdir`` and return the evaluator contract.
 
-    avo always calls this inside a child process (``python -m avo.evaluator``) with
-    resource limits and a timeout, never in the process that holds the run state. Print
+    avo always calls this inside a child process (:mod:`avo.evaluator`, run with
+    ``python -I`` from a private copy of your package made when the run started) with
+    resource limits and a timeout, never in the process that holds the run state. Start
+    every process that runs candidate code with :func:`avo.sandbox.popen`. Print
     anything you like; the result is what you return. Put a failed gate in
     ``EvalResult(correct=False, error=...)`` with a message that tells the agent what went
     wrong; raising is also a failed evaluation, but a less helpful one.

@@ -9,7 +9,7 @@ Subclass in your own tests and pytest collects the inherited test methods::
         garbage = "this is not C {{{"  # what replaces the entrypoint in the garbage test
 
 Every evaluation goes through avo's real child-process path
-(:func:`avo.evaluation.evaluate_dir`: ``python -m avo.evaluator`` for plugin targets, the
+(:func:`avo.evaluation.evaluate_dir`: :mod:`avo.evaluator` from a private copy for plugin targets, the
 configured command for directory targets), exactly as a run would do it, never in-process.
 So the plugin must be importable by the child: installed, or made visible with a
 ``.dist-info`` folder on ``PYTHONPATH`` (see docs/TARGETS.md).
@@ -462,8 +462,8 @@ def exposed_plugin(
 ) -> Iterator[Path]:
     """Make an uninstalled plugin visible to avo here *and* in evaluator children.
 
-    ``python -m avo.evaluator`` finds plugins through entry points, so registering a module
-    in-process is not enough. This writes a minimal ``<dist>-<version>.dist-info`` (METADATA
+    avo finds plugins through entry points, so registering a module in-process is not
+    enough. This writes a minimal ``<dist>-<version>.dist-info`` (METADATA
     plus ``entry_points.txt``) into ``where``, puts ``source`` (the folder holding your
     package) and ``where`` on ``sys.path`` and ``PYTHONPATH``, and reloads avo's plugin
     manager; everything is undone on exit. Autoload is switched on for the duration, since
