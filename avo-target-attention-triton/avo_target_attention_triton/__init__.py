@@ -17,7 +17,7 @@ from pathlib import Path
 
 from avo import hookimpl
 from avo.files import copy_contents
-from avo.models import EvalOptions, EvalResult, NoiseSpec, ResourceRequest, TargetSpec
+from avo.models import EvalOptions, EvalResult, NoiseSpec, ResourceLimits, ResourceRequest, TargetSpec
 
 from avo_target_attention_triton.configs import ATOL, FULL_LENGTHS, GQA, MHA, PROBLEMS, RTOL, TOTAL_TOKENS, Problem
 
@@ -58,6 +58,10 @@ def spec(problem: Problem) -> TargetSpec:
         eval_timeout=1800.0,
         baseline_timeout=3600.0,
         has_baselines=True,
+        # No RLIMIT_AS: CUDA reserves virtual address space for the device memory and UVM
+        # (hundreds of GiB on an H200), and cuInit fails under a 16 GiB cap. The workers
+        # inherit the evaluator's limits, so this is also the candidate's.
+        limits=ResourceLimits(address_space_mb=None),
         # Not measured on a GPU yet (none was reachable when this target was written): a
         # cautious 5 % band until bench.py --gpu has measured repeated evaluations.
         noise=NoiseSpec(band=0.05, confirm_runs=3),

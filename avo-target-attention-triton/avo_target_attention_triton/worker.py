@@ -111,7 +111,7 @@ class Worker:
     def _call(self, q: Any, k: Any, v: Any, req: dict[str, Any]) -> Any:
         out = self.fn(q, k, v, bool(req["causal"]), float(req["scale"]))
         torch = self.torch
-        if not isinstance(out, torch.Tensor):
+        if type(out) is not torch.Tensor:  # exactly: a subclass could compute lazily when read
             raise RuntimeError(f"attention() returned {type(out).__name__}, not a torch.Tensor")
         if tuple(out.shape) != tuple(q.shape) or out.dtype != torch.bfloat16 or out.device.type != q.device.type:
             raise RuntimeError(f"attention() returned a {out.dtype} tensor of shape {tuple(out.shape)} on "
