@@ -14,7 +14,8 @@ class TestAttentionTritonConformance(TargetConformance):
     target = "attention_triton"
     garbage = "this is not Python ((( @triton.jit\n"
     # On the GPU the declared 5 % band applies. Under the interpreter the quick scalar is a
-    # ratio of a Python-interpreted kernel to a compiled CPU SDPA call of ~0.2 ms, whose CPU
-    # time swings with the shared machine's caches: measured here, two quick evaluations of
-    # the seed differed by up to 2.3x. The check is that the seed scores in the same range.
-    reproducibility_tolerance = 3.0
+    # ratio of a Python-interpreted kernel to a compiled CPU SDPA call of ~0.1-0.2 ms, whose
+    # CPU time swings with the shared machine's caches. Measured here (load average 7-9 on 2
+    # cores): three quick evaluations of the seed gave 0.00509, 0.00636, 0.00536 (max/min
+    # 1.25; one config moved 1.85x). The check is that the seed scores in the same range: 2x.
+    reproducibility_tolerance = 1.0
