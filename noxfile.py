@@ -32,6 +32,9 @@ def tests(session: nox.Session) -> None:
     # The agent_sdk backend's tests exercise the real SDK's option and message types; users
     # get it with `pip install ./plugins/avo-backend-agent-sdk[sdk]` (it bundles a CLI).
     session.install("pytest", "claude-agent-sdk")
+    # attention_triton's torch and Triton (~2 GB) are opt-in for users; its tests need them
+    # (without a GPU they run the kernels under Triton's interpreter, on torch's CPU wheel).
+    session.install("-e", "./avo-target-attention-triton[gpu]")
     session.run("pytest", "tests", "-q", *session.posargs)
     for dist in distributions():
         if (dist / "tests").is_dir():

@@ -80,6 +80,21 @@ class WorkLimits(BaseModel):
     bytes: int = Field(256 * 1024 * 1024, gt=0, description="Most bytes in work/ (outside .git)")
 
 
+class ResourceRequest(BaseModel):
+    """What one evaluation of a target needs from the machine it runs on.
+
+    Informational for a local run (``avo doctor`` checks ``gpus``); an executor that
+    places evaluations on a cluster (Ray) schedules them by it. ``None`` = no request.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    cpus: float | None = Field(None, gt=0, description="CPU cores one evaluation uses")
+    gpus: float | None = Field(None, ge=0, description="GPUs one evaluation uses (0 = none)")
+    memory_mb: int | None = Field(None, gt=0, description="Host memory one evaluation uses, MiB")
+    accelerator: str | None = Field(None, min_length=1, description="Accelerator kind, e.g. 'cuda'")
+
+
 class TargetSpec(BaseModel):
     """What a target announces through ``avo_targets`` (or a ``target.yaml``)."""
 
@@ -95,6 +110,7 @@ class TargetSpec(BaseModel):
     has_baselines: bool = False
     limits: ResourceLimits = Field(default_factory=ResourceLimits)
     work_limits: WorkLimits = Field(default_factory=WorkLimits)
+    resources: ResourceRequest = Field(default_factory=ResourceRequest)
     noise: NoiseSpec = Field(default_factory=NoiseSpec)
     stall_limit: int = Field(3, ge=1, description="Steps without a new best before the supervisor")
     tie_tolerance: float = Field(

@@ -48,13 +48,16 @@ class SandboxError(AvoError):
 class Sandbox:
     """What a sandboxed process may see.
 
-    ``writable`` and ``readable`` paths appear at the same path inside; ``hide`` paths are
-    covered with an empty directory (used for installed target packages under a bound
-    prefix); ``env`` is the whole environment inside besides PATH, HOME, TMPDIR and locale.
+    ``writable`` and ``readable`` paths appear at the same path inside; ``devices`` are
+    device nodes (a GPU's ``/dev/nvidia*``) bound into the fresh ``/dev`` so they can be
+    opened (plain binds are mounted ``nodev``); ``hide`` paths are covered with an empty
+    directory (used for installed target packages under a bound prefix); ``env`` is the
+    whole environment inside besides PATH, HOME, TMPDIR and locale.
     """
 
     writable: tuple[Path, ...] = ()
     readable: tuple[Path, ...] = ()
+    devices: tuple[Path, ...] = ()
     hide: tuple[Path, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: Path | None = None
@@ -157,6 +160,8 @@ def bwrap_args(box: Sandbox) -> list[str]:
     for p in box.writable:
         rp = _real(p)
         args += ["--bind", str(rp), str(rp)]
+    for p in box.devices:
+        args += ["--dev-bind", str(p), str(p)]
     roots = [*bound, *(_real(p) for p in (*box.readable, *box.writable))]
     for p in box.hide:
         rp = _real(p)

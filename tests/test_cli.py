@@ -111,6 +111,26 @@ def test_cli_listings(core_plugins: None, toy: Path, monkeypatch) -> None:  # ty
     assert "git: git version" in out and "Python 3." in out and "target toy: ready" in out
 
 
+def test_doctor_reports_a_target_that_needs_a_gpu(core_plugins: None, toy: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from avo.cli.info import visible_gpus
+    from avo.plugins import find_target
+
+    (toy / "target.yaml").write_text((toy / "target.yaml").read_text()
+                                     + "resources:\n  gpus: 1\n  accelerator: cuda\n  memory_mb: 4096\n")
+    monkeypatch.setenv("AVO_TARGET_PATH", str(toy))
+    spec = find_target(str(toy))
+    assert spec.resources.gpus == 1 and spec.resources.accelerator == "cuda" and spec.resources.memory_mb == 4096
+    code, out = avo("doctor", "--target", "toy")
+    assert "target toy: needs 1 GPU(s) (cuda)" in out
+    if visible_gpus():
+        assert "visible:" in out
+    else:  # asked about this target alone, a missing GPU is a problem
+        assert "none visible here" in out and code == 1
+    (toy / "target.yaml").write_text((toy / "target.yaml").read_text() + "  tpus: 2\n")
+    code, out = avo("start", "--target", str(toy))
+    assert code == 1 and "field 'resources.tpus': unknown field" in out
+
+
 def test_help_stays_light() -> None:
     code = (
         "import sys\nfrom avo.cli.app import app\n"

@@ -22,6 +22,7 @@ from avo.models import (
     EvalResult,
     NoiseSpec,
     ResourceLimits,
+    ResourceRequest,
     TargetSpec,
     WorkLimits,
     parse_duration,
@@ -113,6 +114,7 @@ class TargetFile(BaseModel):
     supervisor: _Supervisor = Field(default_factory=_Supervisor)
     requirements: list[str] = Field(default_factory=list)
     work_limits: WorkLimits = Field(default_factory=WorkLimits)
+    resources: ResourceRequest = Field(default_factory=ResourceRequest)
 
 
 def _format_errors(path: Path, exc: ValidationError) -> str:
@@ -176,6 +178,7 @@ def spec_from_folder(folder: Path) -> TargetSpec:
         has_quick=tf.evaluate.quick,
         requirements=tf.requirements,
         work_limits=tf.work_limits,
+        resources=tf.resources,
         directory=folder,
         evaluate_command=tf.evaluate.command,
         baselines_command=tf.baselines.command if tf.baselines else None,

@@ -27,6 +27,27 @@ def _conflicts(conflicts: dict[str, str]) -> None:
         err.print(f"[bold red]conflict:[/] {message}", markup=True)
 
 
+def visible_gpus() -> list[str]:
+    """NVIDIA GPUs this machine shows (driver's /proc entries, else device nodes); no imports.
+
+    Enough for ``avo doctor`` to say whether a target that declares ``resources.gpus`` can
+    run here; the target's own evaluation says which device it actually got.
+    """
+    from pathlib import Path
+
+    found = []
+    for info in sorted(Path("/proc/driver/nvidia/gpus").glob("*/information")):
+        try:
+            model = next((ln.split(":", 1)[1].strip() for ln in info.read_text().splitlines()
+                          if ln.startswith("Model:")), "NVIDIA GPU")
+        except OSError:
+            model = "NVIDIA GPU"
+        found.append(f"{model} ({info.parent.name})")
+    if not found:
+        found = [p.name for p in sorted(Path("/dev").glob("nvidia[0-9]*"))]
+    return found
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def targets(json_out: JsonFlag = False) -> None:
@@ -139,6 +160,7 @@ def register(app: typer.Typer) -> None:
         foreign = foreign_avo()
         line(foreign is None, f"distribution: {CORE_DISTRIBUTION}" if foreign is None else foreign.split(";")[0],
              foreign.split("Fix: ")[-1] if foreign else "")
+        gpus: list[str] | None = None  # looked up once, only if a target needs one
         with user_errors():
             seen: set[str] = set()
             for r in plugin_records():
@@ -168,6 +190,17 @@ def register(app: typer.Typer) -> None:
                 missing = [m for m in spec.requirements if importlib.util.find_spec(m) is None]
                 line(not missing, f"target {spec.name}: " + ("ready" if not missing else f"needs {', '.join(missing)}"),
                      f"pip install {' '.join(missing)}  (or install the target with its extras)")
+                if spec.resources.gpus:
+                    gpus = visible_gpus() if gpus is None else gpus
+                    kind = spec.resources.accelerator or "any"
+                    need = f"target {spec.name}: needs {spec.resources.gpus:g} GPU(s) ({kind})"
+                    if gpus:
+                        line(True, f"{need}; visible: {', '.join(gpus)}")
+                    elif target:  # asked about this target: a missing GPU is a problem
+                        line(False, f"{need}; none visible here", "run it on a machine with an NVIDIA GPU and driver")
+                    else:  # other targets still work on this machine
+                        out.print(f"[yellow]--[/]   {need}; none visible here (no /proc/driver/nvidia, "
+                                  "no /dev/nvidia*): its full evaluation will refuse to run", markup=True)
             if target and target in conflicts:
                 line(False, f"target {target}: conflict", "uninstall or disable one of the two")
             for info in all_backends():
