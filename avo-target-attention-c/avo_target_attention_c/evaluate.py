@@ -330,6 +330,15 @@ def _clock_note(box: Worker, threads: int) -> str:
 # -- the whole evaluation ------------------------------------------------------------------
 
 
+def input_seeds(options: EvalOptions, workdir: Path) -> tuple[int, int]:
+    """Seeds of the gate's and the benchmark's inputs for this candidate in this run.
+
+    From the run's secret (only this process has it) and the candidate's content: the same
+    tree replays the same inputs, and no tree can be written against its own.
+    """
+    return (derived_seed(options, workdir, "attention_c gate"), derived_seed(options, workdir, "attention_c bench"))
+
+
 def evaluate(workdir: Path, options: EvalOptions) -> EvalResult:
     """Build, gate, time. Never raises for a bad candidate: the result says what went wrong."""
     started = time.monotonic()
@@ -337,10 +346,7 @@ def evaluate(workdir: Path, options: EvalOptions) -> EvalResult:
         p = plan(options.quick)
     except ValueError as exc:
         return failed(str(exc))
-    # Inputs from the run's secret and this candidate's content: the same tree replays the
-    # same inputs, and no tree can be written against its own (nor read the secret).
-    gate_seed = derived_seed(options, workdir, "attention_c gate")
-    bench_seed = derived_seed(options, workdir, "attention_c bench")
+    gate_seed, bench_seed = input_seeds(options, workdir)
     with tempfile.TemporaryDirectory(prefix="avo-attention-c-") as tmp:
         scratch = Path(tmp)
         try:

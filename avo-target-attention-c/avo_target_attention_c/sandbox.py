@@ -170,7 +170,9 @@ class Worker:
             os.close(shm)
         self._buffer = b""
         self._last_cpu: int | None = None
+        self._started = False
         self._reply(START_TIMEOUT_S, "starting the sandbox worker")
+        self._started = True
         self.pid, self.watch = self._find_worker(harness / "worker.py")
         self._clock = ((~self.pid) << 3) | _CPUCLOCK_SCHED
         self._reaped0 = self._reaped()
@@ -280,7 +282,11 @@ class Worker:
         except subprocess.TimeoutExpired:
             self._kill()
             code = self.proc.returncode
+        if self.level != "none" and 128 < code < 128 + 65:
+            code = 128 - code  # bubblewrap's init exits with 128 + the signal that ended the worker
         how = _signal_text(code)
+        if not self._started:
+            raise SandboxFailure(f"the sandbox worker could not start ({how}); its output is in the evaluation log")
         if code < 0:
             raise SandboxFailure(f"the kernel crashed with {how} while {what}")
         raise SandboxFailure(f"the sandbox worker exited ({how}) while {what}: did the kernel call exit()?")
