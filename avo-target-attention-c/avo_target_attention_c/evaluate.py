@@ -26,6 +26,7 @@ from avo.eval_inputs import derived_seed
 from avo.models import EvalOptions, EvalResult
 
 from avo_target_attention_c.build import PROTOTYPE, SYMBOL, BuildError, compile_kernel
+from avo_target_attention_c.roofline import fma_roofline, roof_note
 from avo_target_attention_c.sandbox import SandboxFailure, Worker, choose_cpus
 from avo_target_attention_c.settings import ATOL, RTOL, D, Plan, plan
 
@@ -277,17 +278,20 @@ def _pairs(box: Worker, jd: Judge, p: Plan, cfg: Any, who: str, seed: int, round
 
 
 def measure(box: Worker, jd: Judge, p: Plan, who: str, seed: int, check: bool = True,
-            report: Callable[[str], None] = log) -> tuple[dict[str, float], dict[str, float], list[str]]:
+            report: Callable[[str], None] = log, roof: float | None = None,
+            ) -> tuple[dict[str, float], dict[str, float], list[str]]:
     """Interleaved timing of ``who`` against the NumPy reference for every config.
 
     Returns (speedups, spreads, table lines). The speedup of a config is the median over
     pairs of t_numpy / t_candidate, each pair measured back to back on the same inputs.
+    ``roof`` (GFLOP/s, the measured FMA roofline of the pinned cores) adds a column.
     """
     from avo_target_attention_c.reference import flops
 
     metrics: dict[str, float] = {}
     spread: dict[str, float] = {}
-    lines = [f"{'config':<18}{'speedup':>8}{'kernel ms':>11}{'numpy ms':>10}{'GFLOP/s':>9}{'pairs':>6}{'iqr':>7}"]
+    lines = [f"{'config':<18}{'speedup':>8}{'kernel ms':>11}{'numpy ms':>10}{'GFLOP/s':>9}{'pairs':>6}{'iqr':>7}"
+             + (f"{'roof':>6}" if roof else "")]
     # Round-robin over the configs in several rounds: the machine's speed drifts over tens
     # of seconds (other jobs, the host's other tenants), and the reference and the kernel
     # do not drift alike, so each config samples the whole evaluation, not one window.
@@ -306,7 +310,7 @@ def measure(box: Worker, jd: Judge, p: Plan, who: str, seed: int, check: bool = 
         spread[cfg.key] = relative_iqr(ratios)
         gflops = flops(cfg.heads, cfg.n, D, cfg.causal) / t_cand * 1e-9
         line = (f"{cfg.key:<18}{speedup:>8.3f}{t_cand * 1e3:>11.3f}{t_ref * 1e3:>10.3f}"
-                f"{gflops:>9.1f}{len(pairs):>6}{spread[cfg.key]:>7.1%}")
+                f"{gflops:>9.1f}{len(pairs):>6}{spread[cfg.key]:>7.1%}" + (f"{gflops / roof:>6.0%}" if roof else ""))
         lines.append(line)
         report(line)
     return metrics, spread, lines
@@ -368,7 +372,8 @@ def evaluate(workdir: Path, options: EvalOptions) -> EvalResult:
                 box.audit("loading the kernel (its constructors ran)")
                 worst, where = run_gate(box, p, gate_seed)
                 log(f"gate passed: {len(p.gate)} shapes, worst error {worst:.3f} of the tolerance ({where})")
-                metrics, spread, table = measure(box, jd, p, "kernel", bench_seed)
+                roof = fma_roofline(p.threads)
+                metrics, spread, table = measure(box, jd, p, "kernel", bench_seed, roof=roof)
                 clock = _clock_note(box, p.threads)
         except (GateFailure, SandboxFailure) as exc:
             log(f"failed: {exc}")
@@ -380,6 +385,7 @@ def evaluate(workdir: Path, options: EvalOptions) -> EvalResult:
         threads,
         f"cflags.txt: {flags}; speedup = median over pairs of t_numpy / t_kernel (interleaved, fresh inputs; "
         f"{clock})",
+        roof_note(roof, p.threads),
         *table,
         f"geometric mean {scalar:.4f}; evaluation took {time.monotonic() - started:.1f} s"
         + (" (quick mode)" if options.quick else ""),

@@ -59,3 +59,16 @@ def test_inputs_depend_on_the_run_secret_and_the_candidate_and_replay_for_the_sa
     assert input_seeds(run_a, one) != input_seeds(run_a, two)  # an edited tree: other inputs
     gate, bench = input_seeds(run_a, one)
     assert gate != bench
+
+
+def test_the_fma_roofline_is_measured_and_each_config_is_shown_as_a_fraction_of_it(
+        candidate: Make, evaluate: Eval) -> None:
+    from avo_target_attention_c.roofline import fma_roofline
+
+    roof = fma_roofline()
+    assert roof is not None and roof > 0
+    result = evaluate(candidate(SEED))
+    assert result.correct and result.notes is not None
+    assert "FMA roofline of the pinned core, measured by this evaluation:" in result.notes
+    header = next(line for line in result.notes.splitlines() if line.startswith("config"))
+    assert header.split()[-1] == "roof"
