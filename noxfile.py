@@ -32,6 +32,8 @@ def tests(session: nox.Session) -> None:
     # The agent_sdk backend's tests exercise the real SDK's option and message types; users
     # get it with `pip install ./plugins/avo-backend-agent-sdk[sdk]` (it bundles a CLI).
     session.install("pytest", "claude-agent-sdk")
+    # attention_c's torch SDPA baseline runs whenever torch is importable (a CPU wheel).
+    session.install("-e", "./avo-target-attention-c[torch]")
     session.run("pytest", "tests", "-q", *session.posargs)
     for dist in distributions():
         if (dist / "tests").is_dir():

@@ -46,8 +46,11 @@ def test_baselines_report_numpy_as_parity_and_explain_a_missing_torch() -> None:
     if importlib.util.find_spec("torch") is None:
         assert set(results) == {"numpy"}
         assert numpy.notes is not None and "torch is not installed" in numpy.notes
-    else:  # pragma: no cover - not installed on the machine these tests were written on
-        assert results["torch_sdpa"].correct, results["torch_sdpa"].error
+    else:  # the [torch] extra: SDPA measured in the sandbox worker like a candidate, same loop, same threads
+        torch = results["torch_sdpa"]
+        assert torch.correct, torch.error
+        assert set(torch.metrics) == set(numpy.metrics) and all(v > 0 for v in torch.metrics.values())
+        assert torch.notes is not None and torch.notes.splitlines()[0].split()[:2] == ["config", "speedup"]
 
 
 def test_inputs_depend_on_the_run_secret_and_the_candidate_and_replay_for_the_same_pair(
