@@ -41,9 +41,14 @@ MAX_REPLY = 1 << 16
 # CPU the worker's other threads may show against its calling thread per call (1-thread
 # mode), and CPU it may use between a reply and the next request: far above the few
 # microseconds an honest worker shows, far below any useful amount of work.
-OFF_THREAD_S = 0.0005
+OFF_THREAD_S = 0.0001
 IDLE_S = 0.002
-IDLE_S_THREADED = 0.010  # with threads on other CPUs the clock we read lags by up to a tick
+# With more threads, OpenMP's idle threads spin a little after each region (libgomp's
+# GOMP_SPINCOUNT, ~0.1-1 ms) and a clock read while threads run on other CPUs lags by up
+# to a tick, so only the total counts there: CPU between calls beyond this many seconds,
+# or this fraction of the CPU of the calls themselves, whichever is more.
+IDLE_TOTAL_S = 0.25
+IDLE_TOTAL_FRACTION = 0.25
 _CPUCLOCK_SCHED = 2  # Linux: clockid of a process's CPU clock is (~pid << 3) | 2
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -170,6 +175,8 @@ class Worker:
             os.close(shm)
         self._buffer = b""
         self._last_cpu: int | None = None
+        self._idle_total = 0.0  # CPU seconds the worker used between replies and requests
+        self._calls_total = 0.0  # and during requests
         self._started = False
         self._reply(START_TIMEOUT_S, "starting the sandbox worker")
         self._started = True
@@ -296,11 +303,18 @@ class Worker:
         c0, m0, t0 = self._cpu_ns(), self._main_ns(), time.perf_counter_ns()
         if self._last_cpu is not None and self.candidate:
             idle = (c0 - self._last_cpu) * 1e-9
-            if idle > (IDLE_S if self.threads == 1 else IDLE_S_THREADED):
+            self._idle_total += idle
+            if self.threads == 1 and idle > IDLE_S:
                 self._kill()
                 raise SandboxFailure(
                     f"the kernel kept running after it returned: {idle * 1e3:.1f} ms of CPU between replies, "
                     f"before {what} (work done after returning is off the clock, so it is not allowed)")
+            if self._idle_total > max(IDLE_TOTAL_S, IDLE_TOTAL_FRACTION * self._calls_total):
+                self._kill()
+                raise SandboxFailure(
+                    f"the kernel kept running after it returned: {self._idle_total:.2f} s of CPU between replies "
+                    f"against {self._calls_total:.2f} s during calls, before {what} (threads must be idle when "
+                    "the call returns: work done after returning is off the clock)")
         try:
             self.sock.sendall((json.dumps(req) + "\n").encode())
         except OSError:
@@ -308,6 +322,7 @@ class Worker:
         self._reply(timeout, what)
         t1, c1, m1 = time.perf_counter_ns(), self._cpu_ns(), self._main_ns()
         self._last_cpu = c1
+        self._calls_total += (c1 - c0) * 1e-9
         return CallTime((c1 - c0) * 1e-9, (m1 - m0) * 1e-9, (t1 - t0) * 1e-9)
 
     # -- shared memory ---------------------------------------------------------------------------

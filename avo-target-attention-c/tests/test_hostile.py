@@ -245,3 +245,17 @@ def test_an_input_hash_cache_across_evaluations_gains_nothing(candidate: Make, t
         import shutil
 
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_thread_that_keeps_working_after_the_call_returns_is_detected(
+        candidate: Make, evaluate: Eval, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two threads per side allow threads, timed on the wall clock; work done after the
+    # reply would be off that clock, so CPU used between calls is audited.
+    monkeypatch.setenv("AVO_ATTENTION_C_THREADS", "2")
+    kernel = hostile("#include <pthread.h>\nstatic void *spin(void *a) { for (volatile long i = 0;; i++) {} "
+                     "return a; }\n", """    static int started;
+    if (!started) { pthread_t t; pthread_create(&t, NULL, spin, NULL); started = 1; }
+    HONEST;""")
+    result = evaluate(candidate(kernel, cflags="-pthread"))
+    assert not result.correct and result.error is not None
+    assert result.error.startswith("the kernel kept running after it returned")
