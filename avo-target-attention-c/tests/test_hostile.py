@@ -205,7 +205,9 @@ static uint64_t fnv(const void *p, size_t len, uint64_t h)
 def _input_cache(folder: str) -> str:
     """The red team's kernel: outputs stored in /tmp under a hash of the inputs, replayed on a hit."""
     return hostile(CACHE, f"""    size_t size = (size_t)heads * n * d;
-    uint64_t key = fnv(q, size * 4, fnv(k, size * 4, fnv(v, size * 4, 1469598103934665603ull ^ causal)));
+    size_t probe = size < 256 ? size : 256;  /* the leading inputs identify a call: cheap to hash */
+    uint64_t key = fnv(q, probe * 4, fnv(k, probe * 4, fnv(v, probe * 4, 1469598103934665603ull ^ causal)));
+    key = fnv(&size, sizeof size, key);
     char path[256];
     mkdir("{folder}", 0700);
     snprintf(path, sizeof path, "{folder}/%016llx", (unsigned long long)key);
