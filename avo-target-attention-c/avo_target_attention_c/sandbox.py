@@ -41,7 +41,7 @@ MAX_REPLY = 1 << 16
 # CPU the worker's other threads may show against its calling thread per call (1-thread
 # mode), and CPU it may use between a reply and the next request: far above the few
 # microseconds an honest worker shows, far below any useful amount of work.
-OFF_THREAD_S = 0.0001
+OFF_THREAD_S = 0.0005
 IDLE_S = 0.002
 # With more threads, OpenMP's idle threads spin a little after each region (libgomp's
 # GOMP_SPINCOUNT, ~0.1-1 ms) and a clock read while threads run on other CPUs lags by up
