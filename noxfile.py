@@ -35,6 +35,9 @@ def tests(session: nox.Session) -> None:
     # attention_triton's torch and Triton (~2 GB) are opt-in for users; its tests need them
     # (without a GPU they run the kernels under Triton's interpreter, on torch's CPU wheel).
     session.install("-e", "./avo-target-attention-triton[gpu]")
+    # attention_c's torch SDPA baseline runs whenever torch is importable (a CPU wheel); after
+    # the line above, so the torch pinned there (2.13.0, a CPU wheel) satisfies it.
+    session.install("-e", "./avo-target-attention-c[torch]")
     session.run("pytest", "tests", "-q", *session.posargs)
     for dist in distributions():
         if (dist / "tests").is_dir():

@@ -124,8 +124,12 @@ def _interpreter_paths() -> tuple[Path, ...]:
 
 
 def interpreter() -> str:
-    """The Python to start inside the sandbox (this interpreter, environment included)."""
-    return sys.executable
+    """The Python to start inside the sandbox (this interpreter, environment included).
+
+    Absolute (symbolic links kept, so a virtual environment stays one): the sandbox's
+    working directory is not the caller's, so a relative ``sys.executable`` would not start.
+    """
+    return os.path.abspath(sys.executable)
 
 
 def _covered(path: Path, roots: Iterable[Path]) -> bool:

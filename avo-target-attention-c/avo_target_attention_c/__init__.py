@@ -1,9 +1,10 @@
 """avo target ``attention_c``: evolve a C forward-attention kernel against NumPy/BLAS.
 
 The candidate is ``kernel.c`` (plus an optional ``cflags.txt``). The evaluator compiles
-it, loads it with cffi in a sandbox worker process, checks it against a float64 reference
-on eighteen shapes (the gate), and scores it as its speedup over a NumPy/BLAS attention
-measured interleaved in the same process, geometric mean over 4 lengths x 2 masks.
+it and loads it with cffi inside avo's sandbox, checks it against a float64 reference on
+eighteen shapes (the gate), and scores it as its speedup over a NumPy/BLAS attention run
+in the evaluator, interleaved and timed from outside the sandbox, geometric mean over
+4 lengths x 2 masks.
 
 This module only declares hooks; everything heavy is imported when a hook runs.
 """
@@ -23,18 +24,20 @@ GOAL = """\
 Make kernel.c, a single-precision forward attention O = softmax(Q K^T / sqrt(D)) V for
 D = 64, causal and non-causal, as fast as possible relative to a NumPy/BLAS reference.
 The score per config (n256..n2048 x causal/noncausal) is t_numpy / t_kernel, measured
-interleaved in the same process with the same thread count on both sides (1 by default,
-see $AVO_THREADS; the process is pinned to that many cores, so extra threads buy
-nothing); the scalar is their geometric mean, 1.0 = parity with NumPy/BLAS.
-Correctness is a gate, not a trade-off: every evaluation checks the output against a
-float64 reference on 18 shapes (n = 1, 2, 3, primes, powers of two +-1, scaled logits),
-within |err| <= 1e-4 + 1e-4*|ref|, and spot-checks the output of every timed call on
-fresh inputs. Wrong tails, wrong masks, NaN, caching, writing outside out, crashes and
-hangs all fail. Compiler flags go in cflags.txt (e.g. -march=native -fopenmp); beware
--ffast-math, which silently breaks the usual fast-exp rounding trick. Ask the host for
-its ISA (lscpu, /proc/cpuinfo) rather than assuming one. Read kb/ first. Causal
-configs can beat NumPy by up to ~2x more than non-causal ones because the reference
-computes the full matrix; the sgemm peak caps non-causal near ~2x.
+interleaved with the same thread count on both sides (1 by default, see $AVO_THREADS);
+the scalar is their geometric mean, 1.0 = parity with NumPy/BLAS. The kernel is built
+and run in a sandbox (fresh /tmp per evaluation) and timed from outside by the CPU time
+of its whole process; with 1 thread, starting a thread or a process fails. Correctness
+is a gate, not a trade-off: every evaluation checks the output against a float64
+reference on 18 shapes (n = 1, 2, 3, primes, powers of two +-1, scaled logits), within
+|err| <= 1e-4 + 1e-4*|ref|, and spot-checks the output of every timed call on fresh
+inputs you cannot predict, at rows drawn after the call. Wrong tails, wrong masks, NaN,
+caching, writing outside out, crashes and hangs all fail. Compiler flags go in
+cflags.txt (e.g. -march=native -fopenmp); beware -ffast-math, which silently breaks the
+usual fast-exp rounding trick. Ask the host for its ISA (lscpu, /proc/cpuinfo) rather
+than assuming one. Read kb/ first. Causal configs can beat NumPy by up to ~2x more than
+non-causal ones because the reference computes the full matrix; the sgemm peak caps
+non-causal near ~2x.
 """
 
 

@@ -15,9 +15,12 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from avo.sandbox import Sandbox, installed_package_dirs, popen
 
 KERNEL_FILE = "kernel.c"
 CFLAGS_FILE = "cflags.txt"
@@ -134,14 +137,18 @@ def compile_kernel(workdir: Path, build_dir: Path, compiler: str | None = None) 
     link = [f for f in flags if f.startswith(_LINK_PREFIX)]
     command = [cc, *BASE_FLAGS, *flags, "-include", header.name, "-shared", "-Wl,-z,defs",
                "-o", library.name, KERNEL_FILE, *link, "-lm"]
+    # The compiler runs inside the sandbox too: an #include or .incbin of the target's files,
+    # the run's state or another candidate finds nothing, and nothing it writes outlives the
+    # evaluation's scratch folder. LC_ALL=C: plain ASCII quotes in diagnostics.
+    box = Sandbox(writable=(build_dir,), hide=tuple(installed_package_dirs()), env={"LC_ALL": "C"}, cwd=build_dir)
+    proc = popen(command, box, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        # LC_ALL=C: plain ASCII quotes in diagnostics, whatever the host's locale.
-        proc = subprocess.run(command, cwd=build_dir, capture_output=True, text=True,
-                              timeout=COMPILE_TIMEOUT_S, stdin=subprocess.DEVNULL,
-                              env={**os.environ, "LC_ALL": "C"})
+        stdout, stderr = proc.communicate(timeout=COMPILE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # its own session: cc1 and as go too
+        proc.communicate()
         raise BuildError(f"the compiler ran past {COMPILE_TIMEOUT_S:g} s and was stopped") from None
-    output = (proc.stdout + proc.stderr).strip()
+    output = (stdout + stderr).strip()
     if proc.returncode != 0 or not library.exists():
         trimmed = trim_diagnostics(output, build_dir)
         raise BuildError(f"{KERNEL_FILE} does not compile:\n{trimmed}", full=f"$ {shlex.join(command)}\n{output}")

@@ -1,28 +1,34 @@
 """One evaluation: build, gate against float64, then time against NumPy/BLAS, interleaved.
 
-Runs inside avo's evaluator child. The candidate only ever runs in the sandbox worker.
+Runs inside avo's trusted evaluator child, which holds the inputs' secret, the references,
+the expected outputs and the clock. The candidate is compiled and run only inside the
+sandbox (:mod:`avo_target_attention_c.sandbox`), which sees inputs and returns outputs
+through shared memory and is timed from here.
 """
 
 from __future__ import annotations
 
+import gc
 import math
+import os
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from avo.contract import failed, geometric_mean
+from avo.eval_inputs import derived_seed
 from avo.models import EvalOptions, EvalResult
 
-from avo_target_attention_c.build import BuildError, compile_kernel
-from avo_target_attention_c.sandbox import Sandbox, SandboxFailure
+from avo_target_attention_c.build import PROTOTYPE, SYMBOL, BuildError, compile_kernel
+from avo_target_attention_c.roofline import fma_roofline, roof_note
+from avo_target_attention_c.sandbox import SandboxFailure, Worker, choose_cpus
 from avo_target_attention_c.settings import ATOL, RTOL, D, Plan, plan
-
-GATE_SEED = 20260321
-BENCH_SEED = 7_000_000
 
 
 class GateFailure(Exception):
@@ -81,23 +87,101 @@ def compare(got: Any, want: Any, what: str) -> float:
     return float(ratio[worst])
 
 
-def run_gate(box: Sandbox, p: Plan) -> tuple[float, str]:
+@dataclass
+class Judge:
+    """What stays in the evaluator: the pinned CPUs, the reference and its clock, the spot-row RNG."""
+
+    threads: int
+    cpus: list[int]
+    blas: list[dict[str, Any]]
+    reference: Any
+    picks: Any  # numpy Generator seeded from os.urandom: rows the candidate cannot predict
+
+    def time_reference(self, q: Any, k: Any, v: Any, out: Any, causal: bool) -> float:
+        """The NumPy reference, timed here: this thread's CPU time (1 thread) or wall time."""
+        gc.disable()
+        try:
+            c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
+            self.reference(q, k, v, out, causal)
+            t1, c1 = time.perf_counter_ns(), time.thread_time_ns()
+        finally:
+            gc.enable()
+        return (c1 - c0) * 1e-9 if self.threads == 1 else (t1 - t0) * 1e-9
+
+
+@contextmanager
+def judge(threads: int) -> Iterator[Judge]:
+    """Pin this process to the CPUs the worker will get (it inherits them) and cap BLAS at ``threads``.
+
+    Both sides of every timing pair then run on the same core(s); the reference runs on
+    this (calling) thread, whose CPU clock is exact.
+    """
+    cpus = choose_cpus(threads)
+    before = os.sched_getaffinity(0)
+    for tid in os.listdir("/proc/self/task"):  # every thread: BLAS may have started some already
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except OSError:
+            pass
+    try:
+        import numpy as np
+        from threadpoolctl import threadpool_info, threadpool_limits
+
+        from avo_target_attention_c.reference import NumpyAttention
+
+        with threadpool_limits(limits=threads):
+            blas = [{"api": i.get("internal_api"), "threads": i.get("num_threads")} for i in threadpool_info()]
+            rng = np.random.default_rng(int.from_bytes(os.urandom(16), "big"))
+            yield Judge(threads, cpus, blas, NumpyAttention(), rng)
+    finally:
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                os.sched_setaffinity(int(tid), before)
+            except OSError:
+                pass
+
+
+def max_floats(p: Plan) -> int:
+    """The largest tensor any request of ``p`` needs (the shared memory is sized for it)."""
+    return max([s.heads * s.n * D for s in p.gate] + [c.heads * c.n * D for c in p.configs])
+
+
+def _call(box: Worker, who: str, heads: int, n: int, causal: bool, timeout: float, what: str) -> Any:
+    req = {"op": "call" if who == "kernel" else who, "heads": heads, "n": n, "d": D, "causal": causal}
+    cost = box.request(req, timeout, what)
+    box.audit(what, cost)
+    return cost
+
+
+def _check_memory(box: Worker, q: Any, k: Any, v: Any, what: str) -> Any:
+    """Guards and inputs after a call; returns out (a view of the shared memory)."""
+    import numpy as np
+
+    size = q.size
+    if box.overrun(size):
+        raise GateFailure(f"{what}: the kernel wrote outside out (the guard cells around it changed)")
+    sq, sk, sv, out = box.views(size)
+    modified = [name for name, a, c in zip("qkv", (sq, sk, sv), (q, k, v), strict=True)
+                if not np.array_equal(a, c.reshape(-1), equal_nan=True)]
+    if modified:
+        raise GateFailure(f"{what}: the kernel modified its read-only input(s) {', '.join(modified)}")
+    return out.reshape(q.shape)
+
+
+def run_gate(box: Worker, p: Plan, seed: int) -> tuple[float, str]:
     """Every gate shape once; returns the worst error ratio and the shape it was at."""
     from avo_target_attention_c.reference import attention_f64, make_inputs
 
     worst, where = 0.0, ""
     for idx, shape in enumerate(p.gate, 1):
         what = f"gate shape {idx}/{len(p.gate)} ({shape.label()})"
-        q, k, v = make_inputs(GATE_SEED + idx, shape.heads, shape.n, D, shape.logit_scale)
+        q, k, v = make_inputs(seed + idx, shape.heads, shape.n, D, shape.logit_scale)
+        box.put(q, k, v)
         # Generous for the seed at the largest shapes, far below any real hang.
         timeout = p.call_timeout + 1e-8 * shape.heads * shape.n * shape.n * D
-        reply = box.request("run", (q, k, v, shape.causal), timeout, f"running {what}")
-        if reply["overrun"]:
-            raise GateFailure(f"{what}: the kernel wrote outside out (the guard cells around it changed)")
-        if reply["inputs_modified"]:
-            names = ", ".join(reply["inputs_modified"])
-            raise GateFailure(f"{what}: the kernel modified its read-only input(s) {names}")
-        r = compare(reply["out"], attention_f64(q, k, v, shape.causal), what)
+        _call(box, "kernel", shape.heads, shape.n, shape.causal, timeout, f"running {what}")
+        out = _check_memory(box, q, k, v, what)
+        r = compare(out, attention_f64(q, k, v, shape.causal), what)
         if r >= worst:
             worst, where = r, shape.label()
     return worst, where
@@ -106,49 +190,33 @@ def run_gate(box: Sandbox, p: Plan) -> tuple[float, str]:
 # -- timing --------------------------------------------------------------------------------
 
 
-def check_timed(pairs: list[dict[str, Any]], heads: int, n: int, causal: bool, key: str) -> None:
-    """The outputs of timed calls: all finite, and spot rows (incl. first and last) correct."""
-    from avo_target_attention_c.reference import make_inputs, rows_f64
+def check_timed(box: Worker, jd: Judge, q: Any, k: Any, v: Any, causal: bool, spot: int, what: str) -> None:
+    """The output of a timed call: guards, inputs, all finite, and spot rows correct.
 
-    for r, pair in enumerate(pairs):
-        what = f"timed call {r + 1} of {key}"
-        if pair["nonfinite"]:
-            raise GateFailure(
-                f"{what}: {pair['nonfinite']} outputs are NaN or inf (out is filled with NaN before each "
-                "call: a kernel that skips work or returns early leaves them)"
-            )
-        q, k, v = make_inputs(pair["seed"], heads, n, D)
-        want = rows_f64(q, k, v, causal, pair["picks"])
-        try:
-            compare(pair["rows"], want, what)
-        except GateFailure as exc:
-            raise GateFailure(
-                f"{exc}. Every timed call gets fresh inputs; a kernel that caches or reuses an earlier "
-                "result fails here"
-            ) from None
+    The rows are drawn here, after the call, from a generator seeded from ``os.urandom``:
+    the candidate cannot know which rows will be looked at, so it must compute them all.
+    """
+    import numpy as np
 
+    from avo_target_attention_c.reference import rows_f64
 
-# With one thread per side the score uses the calling thread's CPU time: a call that another
-# engineer's job preempts on this shared machine is charged only for the time it actually
-# ran (under a load of 5 on 2 cores, wall-clock calls took 2-3x their CPU time). That
-# clock cannot see work done by other threads or processes, so if the worker has more
-# threads than before the kernel was loaded, or any child process, after a config's pairs,
-# that config is scored on wall-clock time instead (the extra threads then time-share the
-# one pinned core, which is the fair comparison). Comparing wall/CPU ratios of the two
-# sides was tried first and misfired: preemption hits long and short calls unevenly.
-
-
-def choose_clock(replies: list[dict[str, Any]], threads: int) -> tuple[str, str | None]:
-    """``("c", None)`` for CPU time, or ``("t", reason)`` for wall-clock time."""
-    if threads > 1:
-        return "t", None  # parallel speedup is the point: wall-clock time, stated in the notes
-    extra = max(r["threads"] - r["base_threads"] for r in replies)
-    children = max(r["children"] for r in replies)
-    if extra > 0 or children > 0:
-        what = f"{extra} extra thread(s)" if extra > 0 else f"{children} child process(es)"
-        return "t", (f"the kernel started {what}, which the calling thread's CPU time cannot see; "
-                     "scored on wall-clock time")
-    return "c", None
+    out = _check_memory(box, q, k, v, what)
+    nonfinite = int((~np.isfinite(out)).sum())
+    if nonfinite:
+        raise GateFailure(
+            f"{what}: {nonfinite} outputs are NaN or inf (out is filled with NaN before each "
+            "call: a kernel that skips work or returns early leaves them)")
+    heads, n, _ = q.shape
+    picks = [(0, 0), (heads - 1, n - 1)]  # the first and the very last row: the tails
+    picks += [(int(h), int(i)) for h, i in zip(jd.picks.integers(0, heads, spot), jd.picks.integers(0, n, spot),
+                                                strict=True)]
+    rows = np.stack([out[h, i] for h, i in picks])
+    try:
+        compare(rows, rows_f64(q, k, v, causal, picks), what)
+    except GateFailure as exc:
+        raise GateFailure(
+            f"{exc}. Every timed call gets fresh inputs and is checked on rows drawn after it returns; a kernel "
+            "that caches or reuses an earlier result, or computes only some rows, fails here") from None
 
 
 def relative_iqr(values: list[float]) -> float:
@@ -159,66 +227,120 @@ def relative_iqr(values: list[float]) -> float:
     return (q[2] - q[0]) / q[1]
 
 
-def measure(box: Sandbox, p: Plan, who: str, check: bool,
-            report: Callable[[str], None] = log) -> tuple[dict[str, float], dict[str, float], list[str]]:
+def _candidate_time(box: Worker, cost: Any, threads: int) -> float:
+    """The candidate's seconds: the worker's CPU (1 thread) or wall time, minus the no-op round trip."""
+    if threads == 1:
+        return max(cost.cpu - box.noop.cpu, 1e-7)
+    return max(cost.wall - box.noop.wall, 1e-7)
+
+
+def _pairs(box: Worker, jd: Judge, p: Plan, cfg: Any, who: str, seed: int, rounds: int, check: bool,
+           ) -> list[tuple[float, float]]:
+    """One round of interleaved (reference, candidate) pairs for ``cfg``, on fresh inputs each."""
+    import numpy as np
+
+    from avo_target_attention_c.reference import make_inputs
+
+    heads, n, causal = cfg.heads, cfg.n, cfg.causal
+    timeout = p.call_timeout + 1e-8 * heads * n * n * D
+    ref_out = np.empty((heads, n, D), dtype=np.float32)
+    # Warm-up: page in both code paths and buffers once, untimed (but checked).
+    q, k, v = make_inputs(seed - 1, heads, n, D)
+    box.put(q, k, v)
+    jd.time_reference(q, k, v, ref_out, causal)
+    _call(box, who, heads, n, causal, timeout, f"warming up {cfg.key}")
+    if check:
+        check_timed(box, jd, q, k, v, causal, p.spot_rows, f"warm-up call of {cfg.key}")
+    min_pairs, max_pairs = math.ceil(p.min_pairs / rounds), math.ceil(p.max_pairs / rounds)
+    min_time, max_time = p.min_time / rounds, p.max_time / rounds
+    pairs: list[tuple[float, float]] = []
+    started = time.perf_counter()
+    for r in range(max_pairs):
+        q, k, v = make_inputs(seed + r, heads, n, D)
+        box.put(q, k, v)
+        what = f"timed call {r + 1} of {cfg.key}"
+        if r % 2 == 0:  # alternate the order so neither side always runs second
+            t_ref = jd.time_reference(q, k, v, ref_out, causal)
+            cost = _call(box, who, heads, n, causal, timeout, f"running {what}")
+        else:
+            cost = _call(box, who, heads, n, causal, timeout, f"running {what}")
+            t_ref = jd.time_reference(q, k, v, ref_out, causal)
+        if check:
+            check_timed(box, jd, q, k, v, causal, p.spot_rows, what)
+        pairs.append((t_ref, _candidate_time(box, cost, jd.threads)))
+        elapsed = time.perf_counter() - started
+        if len(pairs) >= min_pairs and elapsed >= min_time:
+            break
+        if elapsed >= max_time and len(pairs) >= 3:
+            break
+    box.audit_tree(f"timing {cfg.key}")
+    return pairs
+
+
+def measure(box: Worker, jd: Judge, p: Plan, who: str, seed: int, check: bool = True,
+            report: Callable[[str], None] = log, roof: float | None = None,
+            ) -> tuple[dict[str, float], dict[str, float], list[str]]:
     """Interleaved timing of ``who`` against the NumPy reference for every config.
 
     Returns (speedups, spreads, table lines). The speedup of a config is the median over
-    pairs of t_numpy / t_candidate, each pair measured back to back on the same inputs
-    (CPU time with one thread per side, wall-clock time with more: see :func:`choose_clock`).
+    pairs of t_numpy / t_candidate, each pair measured back to back on the same inputs.
+    ``roof`` (GFLOP/s, the measured FMA roofline of the pinned cores) adds a column.
     """
     from avo_target_attention_c.reference import flops
 
     metrics: dict[str, float] = {}
     spread: dict[str, float] = {}
-    fallbacks: list[str] = []
-    lines = [f"{'config':<18}{'speedup':>8}{'kernel ms':>11}{'numpy ms':>10}{'GFLOP/s':>9}{'pairs':>6}{'iqr':>7}"]
+    lines = [f"{'config':<18}{'speedup':>8}{'kernel ms':>11}{'numpy ms':>10}{'GFLOP/s':>9}{'pairs':>6}{'iqr':>7}"
+             + (f"{'roof':>6}" if roof else "")]
     # Round-robin over the configs in several rounds: the machine's speed drifts over tens
     # of seconds (other jobs, the host's other tenants), and the reference and the kernel
     # do not drift alike, so each config samples the whole evaluation, not one window.
     rounds = max(1, p.rounds)
-    collected: dict[str, list[dict[str, Any]]] = {cfg.key: [] for cfg in p.configs}
-    replies: dict[str, list[dict[str, Any]]] = {cfg.key: [] for cfg in p.configs}
+    collected: dict[str, list[tuple[float, float]]] = {cfg.key: [] for cfg in p.configs}
     for rnd in range(rounds):
         for ci, cfg in enumerate(p.configs):
-            req = {"heads": cfg.heads, "n": cfg.n, "d": D, "causal": cfg.causal, "who": who,
-                   "seed": BENCH_SEED + 100_000 * ci + 10_000 * rnd, "spot": p.spot_rows,
-                   "min_pairs": math.ceil(p.min_pairs / rounds), "max_pairs": math.ceil(p.max_pairs / rounds),
-                   "min_time": p.min_time / rounds, "max_time": p.max_time / rounds}
-            # max_time bounds the loop; add room for the last pair and the warm-up pair.
-            timeout = p.max_time / rounds + 3 * p.call_timeout
-            reply = box.request("bench", (req,), timeout, f"timing {cfg.key} (heads={cfg.heads})")
-            if check:
-                check_timed(reply["pairs"], cfg.heads, cfg.n, cfg.causal, cfg.key)
-            collected[cfg.key].extend(reply["pairs"])
-            replies[cfg.key].append(reply)
+            collected[cfg.key] += _pairs(box, jd, p, cfg, who, seed + 100_000 * ci + 10_000 * rnd, rounds, check)
     for cfg in p.configs:
         pairs = collected[cfg.key]
-        clock, why = choose_clock(replies[cfg.key], p.threads)
-        ratios = [pr[f"{clock}_ref"] / max(pr[f"{clock}_cand"], 1e-9) for pr in pairs]
+        ratios = [t_ref / t_cand for t_ref, t_cand in pairs]
         speedup = statistics.median(ratios)
-        t_cand = statistics.median(pr[f"{clock}_cand"] for pr in pairs)
-        t_ref = statistics.median(pr[f"{clock}_ref"] for pr in pairs)
-        if why:
-            report(f"{cfg.key}: {why}")
-            fallbacks.append(f"{cfg.key}: {why}")
+        t_cand = statistics.median(t for _, t in pairs)
+        t_ref = statistics.median(t for t, _ in pairs)
         metrics[cfg.key] = speedup
         spread[cfg.key] = relative_iqr(ratios)
         gflops = flops(cfg.heads, cfg.n, D, cfg.causal) / t_cand * 1e-9
         line = (f"{cfg.key:<18}{speedup:>8.3f}{t_cand * 1e3:>11.3f}{t_ref * 1e3:>10.3f}"
-                f"{gflops:>9.1f}{len(pairs):>6}{spread[cfg.key]:>7.1%}")
+                f"{gflops:>9.1f}{len(pairs):>6}{spread[cfg.key]:>7.1%}" + (f"{gflops / roof:>6.0%}" if roof else ""))
         lines.append(line)
         report(line)
-    return metrics, spread, lines + fallbacks
+    return metrics, spread, lines
 
 
-def _thread_note(info: dict[str, Any], threads: int) -> str:
-    blas = ", ".join(f"{b['api']} {b['threads']} thread(s)" for b in info.get("blas", [])) or "no BLAS found"
-    return (f"threads: candidate {threads} (OMP_NUM_THREADS={info.get('omp_num_threads')}, process pinned "
-            f"to CPU {','.join(map(str, info.get('cpus', [])))}); NumPy reference: {blas} (threadpoolctl)")
+def _thread_note(jd: Judge, threads: int) -> str:
+    blas = ", ".join(f"{b['api']} {b['threads']} thread(s)" for b in jd.blas) or "no BLAS found"
+    return (f"threads: candidate {threads} (OMP_NUM_THREADS={threads}, sandbox worker pinned "
+            f"to CPU {','.join(map(str, jd.cpus))}); NumPy reference: {blas} (threadpoolctl), in the evaluator "
+            "pinned to the same CPU(s)")
+
+
+def _clock_note(box: Worker, threads: int) -> str:
+    if threads == 1:
+        return (f"kernel: CPU time of the whole sandbox worker read from outside, minus a no-op round trip of "
+                f"{box.noop.cpu * 1e6:.0f} us; NumPy: CPU time of the evaluator's thread")
+    return (f"both: wall-clock time measured by the evaluator (kernel minus a no-op round trip of "
+            f"{box.noop.wall * 1e6:.0f} us)")
 
 
 # -- the whole evaluation ------------------------------------------------------------------
+
+
+def input_seeds(options: EvalOptions, workdir: Path) -> tuple[int, int]:
+    """Seeds of the gate's and the benchmark's inputs for this candidate in this run.
+
+    From the run's secret (only this process has it) and the candidate's content: the same
+    tree replays the same inputs, and no tree can be written against its own.
+    """
+    return (derived_seed(options, workdir, "attention_c gate"), derived_seed(options, workdir, "attention_c bench"))
 
 
 def evaluate(workdir: Path, options: EvalOptions) -> EvalResult:
@@ -228,9 +350,11 @@ def evaluate(workdir: Path, options: EvalOptions) -> EvalResult:
         p = plan(options.quick)
     except ValueError as exc:
         return failed(str(exc))
+    gate_seed, bench_seed = input_seeds(options, workdir)
     with tempfile.TemporaryDirectory(prefix="avo-attention-c-") as tmp:
+        scratch = Path(tmp)
         try:
-            build = compile_kernel(workdir, Path(tmp) / "build")
+            build = compile_kernel(workdir, scratch / "build")
         except BuildError as exc:
             log(f"build failed:\n{exc.full or exc.message}")
             _save_log(options, "build.log", exc.full or exc.message)
@@ -239,13 +363,18 @@ def evaluate(workdir: Path, options: EvalOptions) -> EvalResult:
         if build.output:
             log(f"compiler output:\n{build.output}")
         try:
-            with Sandbox(p.threads) as box:
-                info = box.request("load", (str(build.library),), 60.0, "loading the compiled kernel")
-                threads = _thread_note(info, p.threads)
+            with judge(p.threads) as jd, Worker(scratch / "sandbox", p.threads, max_floats(p),
+                                                readable=(build.library.parent,)) as box:
+                threads = _thread_note(jd, p.threads)
                 log(threads)
-                worst, where = run_gate(box, p)
+                box.request({"op": "load", "library": str(build.library), "cdef": PROTOTYPE, "symbol": SYMBOL},
+                            60.0, "loading the compiled kernel")
+                box.audit("loading the kernel (its constructors ran)")
+                worst, where = run_gate(box, p, gate_seed)
                 log(f"gate passed: {len(p.gate)} shapes, worst error {worst:.3f} of the tolerance ({where})")
-                metrics, spread, table = measure(box, p, "kernel", check=True)
+                roof = fma_roofline(p.threads)
+                metrics, spread, table = measure(box, jd, p, "kernel", bench_seed, roof=roof)
+                clock = _clock_note(box, p.threads)
         except (GateFailure, SandboxFailure) as exc:
             log(f"failed: {exc}")
             return failed(str(exc))
@@ -255,7 +384,8 @@ def evaluate(workdir: Path, options: EvalOptions) -> EvalResult:
         f"gate: {len(p.gate)} shapes vs float64 passed; worst error {worst:.3f} of the tolerance at {where}",
         threads,
         f"cflags.txt: {flags}; speedup = median over pairs of t_numpy / t_kernel (interleaved, fresh inputs; "
-        f"{'CPU time of the calling thread' if p.threads == 1 else 'wall-clock time'})",
+        f"{clock})",
+        roof_note(roof, p.threads),
         *table,
         f"geometric mean {scalar:.4f}; evaluation took {time.monotonic() - started:.1f} s"
         + (" (quick mode)" if options.quick else ""),
@@ -276,8 +406,10 @@ def baselines(options: EvalOptions) -> dict[str, EvalResult]:
     out = {"numpy": EvalResult(correct=True, metrics=dict.fromkeys(keys, 1.0), notes=numpy_note)}
     if have_torch:
         try:
-            with Sandbox(p.threads) as box:
-                metrics, spread, table = measure(box, p, "torch", check=True)
+            # torch runs in the sandbox worker like a candidate, timed the same way from here.
+            with tempfile.TemporaryDirectory(prefix="avo-attention-c-") as tmp, judge(p.threads) as jd, \
+                    Worker(Path(tmp), p.threads, max_floats(p), candidate=False) as box:
+                metrics, spread, table = measure(box, jd, p, "torch", derived_seed(options, None, "attention_c torch"))
             out["torch_sdpa"] = EvalResult(correct=True, metrics=metrics, spread=spread, notes="\n".join(table))
         except (GateFailure, SandboxFailure) as exc:
             out["torch_sdpa"] = failed(f"torch SDPA baseline failed: {exc}")

@@ -1,31 +1,69 @@
-"""The evaluator's side of the sandbox: a worker process that runs the candidate.
+"""The evaluator's side of the sandbox: the worker that runs the candidate, watched from outside.
 
-The kernel is untrusted C: it may segfault, abort, loop forever or print to stdout. It
-runs only in the worker, which talks to us over a socket pair. Every request has a
-timeout; a worker that dies or stops answering is killed and reported with the signal
-(or the timeout) and the request it was serving, and the evaluator carries on to report
-a failed gate instead of going down with it. The worker's stdout is sent to our stderr,
-so nothing the kernel prints can reach the contract line on the evaluator's stdout.
+The kernel is untrusted C: it may segfault, abort, loop forever, print, patch the Python
+it is loaded into, start threads or processes, or leave files for the next evaluation. So
+it only ever runs in a worker started inside avo's sandbox (:mod:`avo.sandbox`: bubblewrap
+with a fresh ``/tmp``, ``$HOME`` and PID namespace, this package hidden), from a copy of
+:mod:`avo_target_attention_c.worker` in a fresh scratch folder per evaluation. Inputs and
+outputs travel through a memfd mapped by both sides; requests and replies are JSON lines
+on a socket (never pickle: nothing the worker sends can run code here).
+
+Everything that judges lives here, outside the worker: the clock (the worker's CPU time read
+from this process with ``clock_gettime`` on its process CPU clock, exact to the nanosecond
+and counting every thread it ever had, minus a no-op round trip measured before the kernel
+was loaded; or wall time with more than one thread per side), the checks of out, and the
+audit of what the kernel started (threads, child processes, CPU used after returning).
 """
 
 from __future__ import annotations
 
+import ctypes
+import json
+import mmap
 import os
+import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
-from multiprocessing.connection import Connection
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 START_TIMEOUT_S = 60.0
+NOOP_ROUNDS = 31
+GUARD = 64  # guard floats on either side of out
+CANARY = -7777.0
+MAX_REPLY = 1 << 16
+# CPU the worker's other threads may show against its calling thread per call (1-thread
+# mode), and CPU it may use between a reply and the next request: far above the few
+# microseconds an honest worker shows, far below any useful amount of work.
+OFF_THREAD_S = 0.0005
+IDLE_S = 0.002
+# With more threads, OpenMP's idle threads spin a little after each region (libgomp's
+# GOMP_SPINCOUNT, ~0.1-1 ms) and a clock read while threads run on other CPUs lags by up
+# to a tick, so only the total counts there: CPU between calls beyond this many seconds,
+# or this fraction of the CPU of the calls themselves, whichever is more.
+IDLE_TOTAL_S = 0.25
+IDLE_TOTAL_FRACTION = 0.25
+_CPUCLOCK_SCHED = 2  # Linux: clockid of a process's CPU clock is (~pid << 3) | 2
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 class SandboxFailure(Exception):
-    """The worker crashed, hung or refused a request; ``str(exc)`` is the agent's message."""
+    """The worker crashed, hung, refused a request or broke a rule; ``str(exc)`` is the agent's message."""
+
+
+@dataclass(frozen=True)
+class CallTime:
+    """One request as seen from outside: the worker's CPU seconds, its calling thread's, wall seconds."""
+
+    cpu: float
+    main: float
+    wall: float
 
 
 def _signal_text(returncode: int) -> str:
@@ -63,83 +101,308 @@ def choose_cpus(threads: int) -> list[int]:
     return sorted(ranked[:threads])
 
 
-class Sandbox:
-    """A running worker; use as a context manager so it is always reaped."""
+def _stat(pid: int) -> list[str] | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
 
-    def __init__(self, threads: int, cpus: list[int] | None = None) -> None:
-        self.threads = threads
-        self.cpus = cpus if cpus is not None else choose_cpus(threads)
+
+def _children(pid: int) -> set[int]:
+    kids: set[int] = set()
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return kids
+    for tid in tasks:
+        try:
+            kids.update(int(c) for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split())
+        except (OSError, ValueError):
+            continue
+    return kids
+
+
+def _describe(pids: set[int]) -> str:
+    names = []
+    for pid in sorted(pids)[:4]:
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            comm = "?"
+        names.append(f"{comm!r}")
+    return ", ".join(names) + (" ..." if len(pids) > 4 else "")
+
+
+class Worker:
+    """A running sandbox worker; use as a context manager so it is always reaped.
+
+    ``scratch`` is this evaluation's fresh folder (the harness is copied there), ``readable``
+    what the worker may read besides (the built kernel), ``max_floats`` the largest tensor.
+    """
+
+    def __init__(self, scratch: Path, threads: int, max_floats: int, readable: tuple[Path, ...] = (),
+                 candidate: bool = True) -> None:
+        import numpy as np
+        from avo.sandbox import Sandbox, current_level, installed_package_dirs, interpreter, popen
+
+        self.threads, self.max_floats, self.candidate = threads, max_floats, candidate
+        self.level = current_level()
+        harness, work = scratch / "harness", scratch / "work"
+        harness.mkdir(parents=True)
+        work.mkdir()
+        shutil.copy(Path(__file__).with_name("worker.py"), harness / "worker.py")
+        n_floats = 4 * max_floats + 2 * GUARD
+        shm = os.memfd_create("avo-attention-c", 0)
+        os.ftruncate(shm, n_floats * 4)
+        self.mem = mmap.mmap(shm, n_floats * 4)
+        self.flat = np.frombuffer(self.mem, dtype=np.float32)
         ours, theirs = socket.socketpair()
-        env = dict(os.environ)
+        self.sock = ours
         count = str(threads)
-        # Every threading runtime the kernel or NumPy might use gets the same count.
-        env.update({"AVO_THREADS": count, "OMP_NUM_THREADS": count, "OPENBLAS_NUM_THREADS": count,
-                    "MKL_NUM_THREADS": count, "AVO_CPUS": ",".join(map(str, self.cpus))})
-        env.pop("OMP_PROC_BIND", None)
-        fd = theirs.fileno()
-        # Same process group as the evaluator: if avo kills the evaluator's group on its
-        # timeout, the worker goes with it.
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "avo_target_attention_c.worker", "--fd", str(fd)],
-            pass_fds=[fd], env=env, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(),
-        )
-        theirs.close()
-        self.conn = Connection(ours.detach())
-        self.request_raw("start", None, START_TIMEOUT_S, "starting the sandbox worker")
+        box = Sandbox(readable=(harness, *readable), writable=(work,), hide=tuple(installed_package_dirs()),
+                      env={"AVO_THREADS": count, "OMP_NUM_THREADS": count, "OPENBLAS_NUM_THREADS": count,
+                           "MKL_NUM_THREADS": count}, cwd=work)
+        if self.level == "none":
+            # Without a PID namespace an orphaned (double-forked) process would leave our
+            # sight: as a subreaper this process adopts it, so the audit still sees it.
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        try:
+            self.proc = popen([interpreter(), "-I", str(harness / "worker.py"), str(theirs.fileno()), str(shm),
+                               str(max_floats), str(GUARD), count], box,
+                              pass_fds=(theirs.fileno(), shm), stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno())
+        finally:
+            theirs.close()
+            os.close(shm)
+        self._buffer = b""
+        self._last_cpu: int | None = None
+        self._idle_total = 0.0  # CPU seconds the worker used between replies and requests
+        self._calls_total = 0.0  # and during requests
+        self._started = False
+        self._reply(START_TIMEOUT_S, "starting the sandbox worker")
+        self._started = True
+        self.pid, self.watch = self._find_worker(harness / "worker.py")
+        self._clock = ((~self.pid) << 3) | _CPUCLOCK_SCHED
+        self._reaped0 = self._reaped()
+        # The no-op round trip, measured before any candidate code is in the worker, so a
+        # kernel cannot inflate it (and with it what is subtracted from every call).
+        noops = [self.request({"op": "noop"}, 10.0, "timing a no-op round trip") for _ in range(NOOP_ROUNDS)]
+        self.noop = CallTime(statistics.median(t.cpu for t in noops), statistics.median(t.main for t in noops),
+                             statistics.median(t.wall for t in noops))
 
-    def __enter__(self) -> Sandbox:
+    # -- life cycle --------------------------------------------------------------------------
+
+    def __enter__(self) -> Worker:
         return self
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
     def close(self) -> None:
-        """Stop the worker (politely, then by force) and reap it."""
-        if self.proc.poll() is None:
-            try:
-                self.conn.send(("exit", ()))
-                self.proc.wait(timeout=2)
-            except (OSError, ValueError, subprocess.TimeoutExpired):
-                self._kill()
-        self.conn.close()
+        """Stop the worker (its sandbox ends every process in it) and reap it."""
+        try:
+            self.sock.close()
+            self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            self._kill()
+        self.flat = None  # type: ignore[assignment]
+        try:
+            self.mem.close()
+        except BufferError:  # a view of it is still alive somewhere; the mapping goes with the process
+            pass
 
     def _kill(self) -> None:
         if self.proc.poll() is None:
-            self.proc.kill()
+            if self.level == "none":  # its own session: take anything it started along
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except OSError:
+                    self.proc.kill()
+            else:
+                self.proc.kill()
         self.proc.wait()
 
-    def request_raw(self, kind: str, args: tuple[Any, ...] | None, timeout: float, what: str) -> Any:
-        """Send one request and wait for its reply; crashes and hangs become SandboxFailure."""
-        try:
-            if args is not None:
-                self.conn.send((kind, args))
-            ready = self.conn.poll(timeout)
-        except (OSError, EOFError):
-            ready = True  # the worker is gone; recv below says how
-        if not ready:
-            self._kill()
-            raise SandboxFailure(
-                f"timed out: no answer within {timeout:g} s while {what}; the sandbox worker was killed "
-                "(an infinite loop, a deadlock, or a kernel far too slow for this shape)"
-            )
-        try:
-            status, payload = self.conn.recv()
-        except (EOFError, OSError):
-            try:
-                code = self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._kill()
-                code = self.proc.returncode
-            how = _signal_text(code)
-            if code < 0:
-                raise SandboxFailure(f"the kernel crashed with {how} while {what}") from None
-            raise SandboxFailure(
-                f"the sandbox worker exited ({how}) while {what}: did the kernel call exit()?"
-            ) from None
-        if status != "ok":
-            raise SandboxFailure(f"{payload} (while {what})")
-        return payload
+    def _find_worker(self, script: Path) -> tuple[int, int]:
+        """Our view of the worker's pid, and the process whose children must stay only the worker."""
+        from avo.sandbox import tree_pids
 
-    def request(self, kind: str, args: tuple[Any, ...], timeout: float, what: str) -> Any:
-        """Like :meth:`request_raw`, for a request that must be sent."""
-        return self.request_raw(kind, args, timeout, what)
+        for pid in reversed(tree_pids(self.proc.pid)):
+            try:
+                if str(script) in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
+                    stat = _stat(pid)
+                    parent = int(stat[1]) if stat else os.getpid()
+                    return pid, (parent if self.level != "none" else os.getpid())
+            except OSError:
+                continue
+        raise SandboxFailure("the sandbox worker started but cannot be found among its processes")
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def _cpu_ns(self) -> int:
+        try:
+            return time.clock_gettime_ns(self._clock)
+        except OSError:
+            return self._last_cpu or 0  # gone; the reply says how
+
+    def _main_ns(self) -> int:
+        try:
+            return int(Path(f"/proc/{self.pid}/task/{self.pid}/schedstat").read_text().split()[0])
+        except (OSError, IndexError, ValueError):
+            return 0
+
+    def _reply(self, timeout: float, what: str) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._kill()
+                raise SandboxFailure(
+                    f"timed out: no answer within {timeout:g} s while {what}; the sandbox worker was killed "
+                    "(an infinite loop, a deadlock, or a kernel far too slow for this shape)")
+            self.sock.settimeout(left)
+            try:
+                chunk = self.sock.recv(MAX_REPLY)
+            except TimeoutError:
+                continue
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self._died(what)
+            self._buffer += chunk
+            if len(self._buffer) > MAX_REPLY:
+                self._kill()
+                raise SandboxFailure(f"the sandbox worker sent a reply of over {MAX_REPLY} bytes while {what}")
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            reply = None
+        if not isinstance(reply, dict):
+            self._kill()
+            raise SandboxFailure(f"the sandbox worker sent something that is not a reply while {what}")
+        if "error" in reply:
+            raise SandboxFailure(f"{reply['error']} (while {what})")
+        return reply
+
+    def _died(self, what: str) -> None:
+        try:
+            code = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._kill()
+            code = self.proc.returncode
+        if self.level != "none" and 128 < code < 128 + 65:
+            code = 128 - code  # bubblewrap's init exits with 128 + the signal that ended the worker
+        how = _signal_text(code)
+        if not self._started:
+            raise SandboxFailure(f"the sandbox worker could not start ({how}); its output is in the evaluation log")
+        if code < 0:
+            raise SandboxFailure(f"the kernel crashed with {how} while {what}")
+        raise SandboxFailure(f"the sandbox worker exited ({how}) while {what}: did the kernel call exit()?")
+
+    def request(self, req: dict[str, Any], timeout: float, what: str) -> CallTime:
+        """Send one request, wait for its reply, and return what it cost as seen from here."""
+        c0, m0, t0 = self._cpu_ns(), self._main_ns(), time.perf_counter_ns()
+        if self._last_cpu is not None and self.candidate:
+            idle = (c0 - self._last_cpu) * 1e-9
+            self._idle_total += idle
+            if self.threads == 1 and idle > IDLE_S:
+                self._kill()
+                raise SandboxFailure(
+                    f"the kernel kept running after it returned: {idle * 1e3:.1f} ms of CPU between replies, "
+                    f"before {what} (work done after returning is off the clock, so it is not allowed)")
+            if self._idle_total > max(IDLE_TOTAL_S, IDLE_TOTAL_FRACTION * self._calls_total):
+                self._kill()
+                raise SandboxFailure(
+                    f"the kernel kept running after it returned: {self._idle_total:.2f} s of CPU between replies "
+                    f"against {self._calls_total:.2f} s during calls, before {what} (threads must be idle when "
+                    "the call returns: work done after returning is off the clock)")
+        try:
+            self.sock.sendall((json.dumps(req) + "\n").encode())
+        except OSError:
+            self._died(what)
+        self._reply(timeout, what)
+        t1, c1, m1 = time.perf_counter_ns(), self._cpu_ns(), self._main_ns()
+        self._last_cpu = c1
+        self._calls_total += (c1 - c0) * 1e-9
+        return CallTime((c1 - c0) * 1e-9, (m1 - m0) * 1e-9, (t1 - t0) * 1e-9)
+
+    # -- shared memory ---------------------------------------------------------------------------
+
+    def views(self, size: int) -> tuple[Any, Any, Any, Any]:
+        """q, k, v and out (flat, ``size`` floats) as the kernel sees them."""
+        m, f = self.max_floats, self.flat
+        return f[0:size], f[m:m + size], f[2 * m:2 * m + size], f[3 * m + GUARD:3 * m + GUARD + size]
+
+    def put(self, q: Any, k: Any, v: Any) -> None:
+        """Write the inputs, fill out with NaN (poison) and the cells around it with the canary."""
+        size = q.size
+        sq, sk, sv, _ = self.views(size)
+        sq[:], sk[:], sv[:] = q.reshape(-1), k.reshape(-1), v.reshape(-1)
+        m, f = self.max_floats, self.flat
+        f[3 * m:3 * m + GUARD] = CANARY
+        f[3 * m + GUARD:3 * m + GUARD + size] = float("nan")
+        f[3 * m + GUARD + size:3 * m + 2 * GUARD + size] = CANARY
+
+    def overrun(self, size: int) -> bool:
+        """Whether the kernel wrote into the guard cells on either side of out."""
+        m, f = self.max_floats, self.flat
+        return bool((f[3 * m:3 * m + GUARD] != CANARY).any()
+                    or (f[3 * m + GUARD + size:3 * m + 2 * GUARD + size] != CANARY).any())
+
+    # -- the audit ---------------------------------------------------------------------------------
+
+    def _reaped(self) -> float:
+        """CPU seconds of processes that ran and ended inside the sandbox (tick resolution)."""
+        ticks = 0
+        stat = _stat(self.pid)
+        if stat is not None:
+            ticks += int(stat[13]) + int(stat[14])  # the worker's reaped children
+        if self.level != "none":
+            init = _stat(self.watch)  # the sandbox's init reaps orphans
+            if init is not None:
+                ticks += sum(int(v) for v in init[11:15])
+        return ticks / os.sysconf("SC_CLK_TCK")
+
+    def audit(self, what: str, cost: CallTime | None = None) -> None:
+        """Fail naming what the kernel started: threads (1-thread mode), any process, off-thread CPU."""
+        if not self.candidate:
+            return
+        stat = _stat(self.pid)
+        if stat is None:
+            return  # gone: the next request says how
+        hint = (" (1-thread mode allows no other threads; AVO_ATTENTION_C_THREADS=2 measures a parallel kernel, "
+                "both sides on 2 threads)")
+        threads = int(stat[17])
+        if self.threads == 1 and threads > 1:
+            self._kill()
+            raise SandboxFailure(f"the kernel started {threads - 1} thread(s) while {what}{hint}")
+        if self.threads == 1 and cost is not None and cost.main > 0 and cost.cpu - cost.main > OFF_THREAD_S:
+            self._kill()
+            raise SandboxFailure(f"the kernel ran {(cost.cpu - cost.main) * 1e3:.1f} ms on a thread other than the "
+                                 f"calling one while {what}, and that thread ended before the call returned{hint}")
+        kids = _children(self.pid) | (_children(self.watch) - {self.pid})
+        if self.level == "none":
+            kids -= {self.proc.pid}
+        if kids:
+            self._kill()
+            raise SandboxFailure(f"the kernel started {len(kids)} child process(es) ({_describe(kids)}) while {what}; "
+                                 "the kernel may not start processes")
+        reaped = self._reaped() - self._reaped0
+        if reaped > 0:
+            self._kill()
+            raise SandboxFailure(f"child processes of the kernel that already ended used {reaped:.2f} s of CPU "
+                                 f"while {what}; the kernel may not start processes")
+
+    def audit_tree(self, what: str) -> None:
+        """The whole sandbox (``avo.sandbox.tree_threads``): only its launcher chain and the worker."""
+        from avo.sandbox import tree_threads
+
+        if not self.candidate:
+            return
+        tree = tree_threads(self.proc.pid)
+        extra = {pid for pid in tree if pid not in (self.proc.pid, self.watch, self.pid)}
+        if extra:
+            self._kill()
+            raise SandboxFailure(f"the kernel started {len(extra)} process(es) ({_describe(extra)}) while {what}; "
+                                 "the kernel may not start processes")
+        if self.threads == 1 and tree.get(self.pid, 1) > 1:
+            self.audit(what)

@@ -53,3 +53,15 @@ def evaluate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[Path]
         return run(work, EvalOptions(quick=True, log_dir=tmp_path / "logs"))
 
     return go
+
+
+SIGNATURE = ("void attention(const float *q, const float *k, const float *v, float *out,\n"
+             "               int heads, int n, int d, int causal)")
+
+
+def hostile(prelude: str, body: str) -> str:
+    """A hostile kernel: the seed's honest code as ``honest(...)``, then ``prelude`` and an
+    ``attention`` whose body is ``body`` (which may call ``HONEST`` for the real work)."""
+    honest = mutate(SIGNATURE, SIGNATURE.replace("void attention(", "static void honest("))
+    body = body.replace("HONEST", "honest(q, k, v, out, heads, n, d, causal)")
+    return f"#define _GNU_SOURCE\n{honest}\n{prelude}\n{SIGNATURE}\n{{\n{body}\n}}\n"

@@ -94,7 +94,8 @@ def test_a_kernel_that_skips_work_on_later_calls_leaves_nan(candidate: Make, eva
     lazy = at_entry("static int calls; if (++calls > 16) return;")  # the 16 gate calls work
     result = evaluate(candidate(lazy))
     assert not result.correct and result.error is not None
-    assert "timed call" in result.error and "NaN or inf" in result.error
+    # the first call after the gate is a benchmark's warm-up call, checked like a timed one
+    assert result.error.startswith("warm-up call of n32_noncausal") and "NaN or inf" in result.error
 
 
 def test_writing_past_the_end_of_out_is_caught(candidate: Make, evaluate: Eval) -> None:

@@ -23,6 +23,7 @@
  *
  * Threads: the evaluator pins the process to $AVO_THREADS cores (default 1) and sets
  * OMP_NUM_THREADS to the same number; the NumPy/BLAS reference gets the same count.
+ * With 1, starting a thread or a child process fails the evaluation.
  *
  * This seed is deliberately plain: scalar loops, expf from libm, a scratch row of
  * scores per query. It is correct for every n and both masks; it is slow.

@@ -1,0 +1,263 @@
+"""Attacks on the judge, each with a real hostile kernel: it fails naming what was detected, or gains nothing.
+
+The red team's holes (issue 13): work on a joined thread, a constructor that patches the
+timer, an input-hash cache in /tmp across evaluations; and their relatives: a helper
+thread that stays, child processes (waited for, or a double-forked daemon), computing
+only the rows a checker might look at, and reading the target's own files.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from avo.models import EvalOptions, EvalResult
+from avo.sandbox import probe
+from conftest import PACKAGE, SEED, hostile
+
+from avo_target_attention_c.evaluate import evaluate as run_evaluation
+
+Make = Callable[..., Path]
+Eval = Callable[[Path], EvalResult]
+
+needs_bwrap = pytest.mark.skipif(not probe()[0], reason=f"bubblewrap cannot run here: {probe()[1]}")
+
+JOB = """#include <pthread.h>
+struct job { const float *q, *k, *v; float *out; int heads, n, d, causal; };
+static void *work(void *arg)
+{
+    struct job *j = arg;
+    honest(j->q, j->k, j->v, j->out, j->heads, j->n, j->d, j->causal);
+    return NULL;
+}
+"""
+
+
+def test_work_on_a_joined_thread_is_detected_and_named(candidate: Make, evaluate: Eval) -> None:
+    # The red team's 4.15 (honest 0.69): the calling thread's clock did not see the helper.
+    kernel = hostile(JOB, """    struct job j = {q, k, v, out, heads, n, d, causal};
+    pthread_t t;
+    if (pthread_create(&t, NULL, work, &j) == 0)
+        pthread_join(t, NULL);
+    else
+        HONEST;""")
+    result = evaluate(candidate(kernel, cflags="-pthread"))
+    assert not result.correct and result.error is not None
+    assert "on a thread other than the calling one" in result.error
+    assert "that thread ended before the call returned" in result.error
+    assert "1-thread mode allows no other threads" in result.error
+
+
+def test_a_helper_thread_that_stays_is_a_failed_evaluation_naming_it(candidate: Make, evaluate: Eval) -> None:
+    kernel = hostile(JOB + "#include <unistd.h>\nstatic void *idle(void *a) { (void)a; for (;;) pause(); }\n",
+                     """    static int started;
+    if (!started) { pthread_t t; pthread_create(&t, NULL, idle, NULL); started = 1; }
+    HONEST;""")
+    result = evaluate(candidate(kernel, cflags="-pthread"))
+    assert not result.correct and result.error is not None
+    assert result.error.startswith("the kernel started 1 thread(s) while running gate shape 1/16")
+
+
+def test_work_in_a_child_process_is_detected(candidate: Make, evaluate: Eval) -> None:
+    # out lives in shared memory, so a forked child's writes reach it; the child's CPU is not
+    # the worker's own, but it is in the worker's reaped-children account, which is audited.
+    kernel = hostile("#include <unistd.h>\n#include <sys/wait.h>\n", """    pid_t pid = fork();
+    if (pid == 0) { HONEST; _exit(0); }
+    if (pid > 0) waitpid(pid, NULL, 0); else HONEST;""")
+    result = evaluate(candidate(kernel))
+    assert not result.correct and result.error is not None
+    assert "child processes of the kernel that already ended used" in result.error
+    assert "the kernel may not start processes" in result.error
+
+
+@needs_bwrap
+def test_a_double_forked_daemon_is_seen_and_dies_with_the_sandbox(candidate: Make, evaluate: Eval) -> None:
+    kernel = hostile("#include <unistd.h>\n#include <sys/wait.h>\n", """    static int spawned;
+    if (!spawned) {
+        spawned = 1;
+        pid_t pid = fork();
+        if (pid == 0) {
+            setsid();
+            if (fork() == 0) for (;;) pause();  /* the daemon: a helper that outlives its parent */
+            _exit(0);
+        }
+        waitpid(pid, NULL, 0);
+    }
+    HONEST;""")
+    result = evaluate(candidate(kernel))
+    assert not result.correct and result.error is not None
+    assert "the kernel started 1 child process(es)" in result.error and "while running gate shape 1/16" in result.error
+
+
+PATCH_TIMER = r"""#include <dlfcn.h>
+__attribute__((constructor)) static void patch_the_timer(void)
+{
+    int (*py)(const char *) = (int (*)(const char *))dlsym(RTLD_DEFAULT, "PyRun_SimpleString");
+    if (py == NULL)
+        return;
+    py("import sys, time\n"
+       "for name in dir(time):\n"
+       "    if name.endswith(('_ns', 'time', 'counter', 'monotonic')) and callable(getattr(time, name)):\n"
+       "        setattr(time, name, lambda *a: 0)\n"
+       "sys.stdout.write('HOSTILE: every clock in the worker now reads 0\\n'); sys.stdout.flush()\n");
+}
+"""
+
+
+def test_a_constructor_that_patches_the_timer_gains_nothing(candidate: Make, evaluate: Eval,
+                                                           capfd: pytest.CaptureFixture[str]) -> None:
+    # The red team's 9.5-13.8 (honest 0.69): the timer lived in the worker. Now no clock is
+    # there to patch; the kernel is the seed plus the patch, so it must score like the seed.
+    honest = evaluate(candidate(SEED))
+    patched = evaluate(candidate(hostile(PATCH_TIMER, "    HONEST;")))
+    assert "HOSTILE: every clock in the worker now reads 0" in capfd.readouterr().err  # the patch did run
+    assert honest.correct and patched.correct, patched.error
+    h, p = (sum(r.metrics.values()) / len(r.metrics) for r in (honest, patched))
+    # A patched clock read 0: the gain was unbounded (the red team's 14-20x). Timing noise
+    # in quick mode is up to ~2x; a gain of 3x or more would be the attack working.
+    assert p < 3 * h, (p, h)
+
+
+def test_computing_only_some_rows_fails_on_rows_drawn_after_the_call(candidate: Make, evaluate: Eval) -> None:
+    # Honest on the gate (no gate n is a multiple of 32), lazy on the benchmark shapes: the
+    # first and the last row and every other row are right, the rest copy row 0.
+    kernel = hostile("#include <string.h>\n", """    HONEST;
+    if (n % 32 != 0) return;
+    for (int h = 0; h < heads; h++)
+        for (int i = 1; i < n - 1; i += 2)
+            memcpy(out + ((size_t)h * n + i) * d, out + (size_t)h * n * d, (size_t)d * sizeof(float));""")
+    result = evaluate(candidate(kernel))
+    assert not result.correct and result.error is not None
+    assert result.error.startswith(("timed call", "warm-up call")) and "outside the tolerance" in result.error
+    assert "computes only some rows" in result.error
+
+
+def test_the_target_package_cannot_be_read_from_the_kernel(candidate: Make, evaluate: Eval) -> None:
+    # The references, the seeds' formula and the checks are all in the installed package;
+    # a kernel that could open them would poison its output (a failed evaluation).
+    files = [PACKAGE / "evaluate.py", PACKAGE / "reference.py", PACKAGE / "settings.py"]
+    opens = " || ".join(f'access("{f}", R_OK) == 0' for f in files)
+    kernel = hostile("#include <unistd.h>\n", f"""    HONEST;
+    if ({opens}) out[0] = 0.0f / 0.0f;""")
+    result = evaluate(candidate(kernel))
+    assert result.correct, result.error
+
+
+@needs_bwrap
+def test_the_compiler_cannot_include_the_target_files(candidate: Make, evaluate: Eval) -> None:
+    kernel = f'static const char leak[] = {{\n#include "{PACKAGE / "settings.py"}"\n}};\n' + SEED
+    result = evaluate(candidate(kernel))
+    assert not result.correct and result.error is not None
+    assert "does not compile" in result.error and "No such file or directory" in result.error
+
+
+def _state_probe(marker: str) -> str:
+    """A kernel that fails loudly if it finds what a previous evaluation left, and aborts if it cannot leave it."""
+    return hostile("#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <unistd.h>\n", f"""
+    static int checked, stale;
+    if (!checked) {{
+        checked = 1;
+        const char *home = getenv("HOME");
+        char paths[3][512];
+        snprintf(paths[0], sizeof paths[0], "/tmp/{marker}");
+        snprintf(paths[1], sizeof paths[1], "%s/{marker}", home ? home : "/nonexistent");
+        snprintf(paths[2], sizeof paths[2], "./{marker}");
+        for (int i = 0; i < 3; i++)  /* $HOME is /tmp in the sandbox: look before writing any */
+            if (access(paths[i], F_OK) == 0)
+                stale = 1;
+        for (int i = 0; i < 3; i++) {{
+            FILE *fh = fopen(paths[i], "w");
+            if (fh == NULL || fputs("cached", fh) < 0 || fclose(fh) != 0)
+                abort();  /* the cache could not be written: the test would prove nothing */
+        }}
+    }}
+    HONEST;
+    if (stale)
+        out[0] = 0.0f / 0.0f;  /* found a previous evaluation's state */""")
+
+
+@needs_bwrap
+def test_nothing_a_kernel_writes_survives_into_the_next_evaluation(candidate: Make, tmp_path: Path) -> None:
+    # /tmp, $HOME and the working folder are written on the first evaluation (or it aborts)
+    # and must be absent on the second: each would fail with a NaN if it found them.
+    work = candidate(_state_probe(f"avo-probe-{uuid.uuid4().hex}"))
+    options = EvalOptions(quick=True, secret="one run", log_dir=tmp_path / "logs")
+    first = run_evaluation(work, options)
+    second = run_evaluation(work, options)
+    assert first.correct, first.error
+    assert second.correct, second.error
+
+
+CACHE = r"""#include <stdint.h>
+#include <stdio.h>
+#include <sys/stat.h>
+static uint64_t fnv(const void *p, size_t len, uint64_t h)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < len; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+"""
+
+
+def _input_cache(folder: str) -> str:
+    """The red team's kernel: outputs stored in /tmp under a hash of the inputs, replayed on a hit."""
+    return hostile(CACHE, f"""    size_t size = (size_t)heads * n * d;
+    size_t probe = size < 256 ? size : 256;  /* the leading inputs identify a call: cheap to hash */
+    uint64_t key = fnv(q, probe * 4, fnv(k, probe * 4, fnv(v, probe * 4, 1469598103934665603ull ^ causal)));
+    key = fnv(&size, sizeof size, key);
+    char path[256];
+    mkdir("{folder}", 0700);
+    snprintf(path, sizeof path, "{folder}/%016llx", (unsigned long long)key);
+    FILE *fh = fopen(path, "rb");
+    if (fh != NULL) {{
+        size_t got = fread(out, sizeof(float), size, fh);
+        fclose(fh);
+        if (got == size) return;  /* a hit: no work at all */
+    }}
+    HONEST;
+    fh = fopen(path, "wb");
+    if (fh != NULL) {{ fwrite(out, sizeof(float), size, fh); fclose(fh); }}""")
+
+
+@needs_bwrap
+def test_an_input_hash_cache_across_evaluations_gains_nothing(candidate: Make, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # The red team's 14.5 on submit after 0.59 on avo-eval (honest 0.69). The same tree in
+    # the same run replays the same inputs (reproducibility), so only a fresh /tmp per
+    # evaluation stops the replay; the control without the sandbox shows the attack is live.
+    monkeypatch.setenv("AVO_ATTENTION_C_CALL_TIMEOUT", "3")
+    folder = f"/tmp/avo-attc-cache-{uuid.uuid4().hex}"
+    work = candidate(_input_cache(folder))
+    options = EvalOptions(quick=True, secret="one run", log_dir=tmp_path / "logs")
+    mean = lambda r: sum(r.metrics.values()) / len(r.metrics)  # noqa: E731
+    first, second = run_evaluation(work, options), run_evaluation(work, options)
+    assert first.correct and second.correct, (first.error, second.error)
+    assert mean(second) < 3 * mean(first), (mean(first), mean(second))
+    assert not Path(folder).exists()  # it lived in the sandbox's own /tmp
+    # Control: with no sandbox /tmp is the host's, and the second evaluation replays it.
+    monkeypatch.setenv("AVO_SANDBOX", "none")
+    try:
+        first, second = run_evaluation(work, options), run_evaluation(work, options)
+        assert first.correct and second.correct, (first.error, second.error)
+        assert mean(second) > 3 * mean(first), (mean(first), mean(second))
+    finally:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_thread_that_keeps_working_after_the_call_returns_is_detected(
+        candidate: Make, evaluate: Eval, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two threads per side allow threads, timed on the wall clock; work done after the
+    # reply would be off that clock, so CPU used between calls is audited.
+    monkeypatch.setenv("AVO_ATTENTION_C_THREADS", "2")
+    kernel = hostile("#include <pthread.h>\nstatic void *spin(void *a) { for (volatile long i = 0;; i++) {} "
+                     "return a; }\n", """    static int started;
+    if (!started) { pthread_t t; pthread_create(&t, NULL, spin, NULL); started = 1; }
+    HONEST;""")
+    result = evaluate(candidate(kernel, cflags="-pthread"))
+    assert not result.correct and result.error is not None
+    assert result.error.startswith("the kernel kept running after it returned")
