@@ -89,7 +89,7 @@ def avo_evaluate(target: TargetSpec, workdir: Path, options: EvalOptions) -> Eva
         return None
     from avo_target_attention_mlx.harness import evaluate_workdir
 
-    return evaluate_workdir(workdir, quick=options.quick, seed=options.seed)
+    return evaluate_workdir(workdir, options)
 
 
 @hookimpl
@@ -98,4 +98,4 @@ def avo_baselines(target: TargetSpec, options: EvalOptions) -> dict[str, EvalRes
         return None
     from avo_target_attention_mlx.baselines import measure_baselines
 
-    return measure_baselines(quick=options.quick, seed=options.seed)
+    return measure_baselines(options)
