@@ -20,7 +20,6 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from avo.eval_inputs import derived_seed
 from avo.models import EvalOptions, EvalResult
@@ -135,7 +134,8 @@ class Suite:
             for c in configs_for(quick)
         ]
         # Inputs in shared memory: one file per config, read-only inside the sandboxes.
-        self.shm = Path(tempfile.mkdtemp(prefix="avo-mlx-inputs-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+        shm_root = "/dev/shm" if os.path.isdir("/dev/shm") else None  # RAM, not disk
+        self.shm = Path(tempfile.mkdtemp(prefix="avo-mlx-inputs-", dir=shm_root))
         self._maps = []
         for i, ci in enumerate(self.inputs):
             n = ci.calls[0].q.size + 2 * ci.k_base.size
@@ -232,6 +232,19 @@ class Suite:
                     f"config {name}: {worker.label} started threads it was not allowed: pid {pid} ({comm}) "
                     f"runs {len(threads)} threads {sorted(threads)}, the reference worker at most "
                     f"{allowed_threads} ({self.ref_shape.describe()})")
+        assert self.ref is not None
+        threads_s, children_s = worker.ended_work()
+        ref_threads_s, ref_children_s = self.ref.ended_work()
+        if threads_s > ref_threads_s + IDLE_CPU_SLACK_S:
+            raise CandidateFailure(
+                f"config {name}: {worker.label} started threads it was not allowed: threads that have "
+                f"already ended used {threads_s:.2f} s of CPU in its worker (the reference worker's: "
+                f"{ref_threads_s:.2f} s), e.g. a helper thread started and joined inside a call")
+        if children_s > ref_children_s + IDLE_CPU_SLACK_S:
+            raise CandidateFailure(
+                f"config {name}: {worker.label} started processes it was not allowed: child processes "
+                f"that have already ended used {children_s:.2f} s of CPU in its sandbox (the reference "
+                f"worker's: {ref_children_s:.2f} s)")
         escapes = worker.affinity_escapes()
         if escapes:
             raise CandidateFailure(f"config {name}: {worker.label} changed its CPU pinning: "

@@ -16,24 +16,26 @@ import os
 import sys
 import time
 import traceback
+from typing import Any
+
+Msg = dict[str, Any]
 
 
-def _tail(text, lines=6):
+def _tail(text: str, lines: int = 6) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
 class Worker:
-    def __init__(self, reply):
-        self.reply = reply
-        self.fn = None
-        self.mx = None
-        self.np = None
-        self.dtype = None
-        self.cfg = None
+    def __init__(self) -> None:
+        self.fn: Any = None
+        self.mx: Any = None
+        self.np: Any = None
+        self.dtype: Any = None
+        self.cfg: Any = None
 
-    def init(self, msg):
-        import numpy as np
+    def init(self, msg: Msg) -> Msg:
         import mlx.core as mx
+        import numpy as np
 
         self.np, self.mx = np, mx
         device = mx.default_device()
@@ -45,9 +47,10 @@ class Worker:
         self.dtype = getattr(mx, dtype)
         path = os.path.join(msg["dir"], "attention.py")
         if not os.path.isfile(path):
-            return {"ok": False, "error": f"attention.py not found in the candidate directory"}
+            return {"ok": False, "error": "attention.py not found in the candidate directory"}
         sys.path.insert(0, msg["dir"])  # the candidate may import its own helper modules
         spec = importlib.util.spec_from_file_location("avo_candidate_attention", path)
+        assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         try:
             spec.loader.exec_module(module)
@@ -61,7 +64,7 @@ class Worker:
         return {"ok": True, "dtype": dtype,
                 "device": f"{device} ({backend}, mlx {getattr(mx, '__version__', '?')})"}
 
-    def config(self, msg):
+    def config(self, msg: Msg) -> Msg:
         np = self.np
         b, hq, hkv, length, d = msg["shape"]
         mm = np.memmap(msg["inputs"], dtype=np.float32, mode="r")
@@ -76,7 +79,7 @@ class Worker:
         }
         return {"ok": True}
 
-    def call(self, msg):
+    def call(self, msg: Msg) -> Msg:
         mx, c = self.mx, self.cfg
         t0 = time.perf_counter()
         q = mx.array(c["q"]).astype(self.dtype)
@@ -97,15 +100,15 @@ class Worker:
         self.np.copyto(c["out"], self.np.asarray(out.astype(mx.float32)))
         return {"ok": True, "copy_s": copy_s}
 
-    def ping(self, msg):
+    def ping(self, msg: Msg) -> Msg:
         return {"ok": True}
 
 
-def main():
+def main() -> None:
     channel = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # the candidate's prints go to the log, never onto the channel
     sys.stdout = sys.stderr
-    worker = Worker(channel)
+    worker = Worker()
     for line in sys.stdin:
         msg = json.loads(line)
         reply = getattr(worker, msg["op"])(msg)

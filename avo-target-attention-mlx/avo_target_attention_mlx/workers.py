@@ -83,6 +83,35 @@ def affinity_escapes(root: int, cpus: set[int]) -> list[str]:
     return bad
 
 
+def _ticks(path: str, fields: slice) -> int:
+    try:
+        raw = Path(path).read_text()
+    except OSError:
+        return 0
+    return sum(int(v) for v in raw.rsplit(")", 1)[1].split()[fields])
+
+
+def ended_work(root: int) -> tuple[float, float]:
+    """CPU seconds of threads and of child processes that have already ended, under ``root``.
+
+    A process's own utime+stime includes its ended threads, its live threads' ``task/*/stat``
+    do not: the difference is what short-lived threads did. Its cutime+cstime is what reaped
+    children did (bubblewrap's init in the sandbox reaps double-forked orphans: they count).
+    """
+    tick = os.sysconf("SC_CLK_TCK")
+    threads = children = 0
+    for pid in tree_pids(root):
+        own = _ticks(f"/proc/{pid}/stat", slice(11, 13))
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        live = sum(_ticks(f"/proc/{pid}/task/{t}/stat", slice(11, 13)) for t in tids)
+        threads += max(own - live, 0)
+        children += _ticks(f"/proc/{pid}/stat", slice(13, 15))
+    return threads / tick, children / tick
+
+
 class Worker:
     """One sandboxed worker process running the kernel in ``kernel_dir``."""
 
@@ -133,7 +162,8 @@ class Worker:
         self.request({**msg, "out": str(self.out_path)}, what="mapping the inputs")
         self.last_cpu = self.cpu_seconds()
 
-    def request(self, msg: dict[str, Any], timeout: float = CALL_TIMEOUT_S, what: str = "") -> tuple[dict[str, Any], float]:
+    def request(self, msg: dict[str, Any], timeout: float = CALL_TIMEOUT_S,
+                what: str = "") -> tuple[dict[str, Any], float]:
         """Send one request; ``(reply, wall seconds from send to reply)``. Errors raise."""
         t0 = time.perf_counter()
         self._send(msg, what)
@@ -197,6 +227,9 @@ class Worker:
 
     def shape(self) -> TreeShape:
         return tree_shape(self.proc.pid)
+
+    def ended_work(self) -> tuple[float, float]:
+        return ended_work(self.proc.pid)
 
     def affinity_escapes(self) -> list[str]:
         return affinity_escapes(self.proc.pid, self.cpus)
