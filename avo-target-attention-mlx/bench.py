@@ -44,8 +44,11 @@ print(r.model_dump_json())
 def old_package(dest: Path) -> Path:
     """The in-process evaluator's package, as of ``IN_PROCESS_COMMIT``, under ``dest``."""
     pkg = "avo-target-attention-mlx/avo_target_attention_mlx"
-    files = subprocess.run(["git", "-C", str(HERE), "ls-tree", "-r", "--name-only", IN_PROCESS_COMMIT, pkg],
+    files = subprocess.run(["git", "-C", str(HERE), "ls-tree", "-r", "--name-only", "--full-tree",
+                            IN_PROCESS_COMMIT, pkg],
                            capture_output=True, text=True, check=True).stdout.split()
+    if not files:
+        raise SystemExit(f"commit {IN_PROCESS_COMMIT} has no {pkg} (is this a git checkout of avo?)")
     for name in files:
         data = subprocess.run(["git", "-C", str(HERE), "show", f"{IN_PROCESS_COMMIT}:{name}"],
                               capture_output=True, check=True).stdout
@@ -88,9 +91,9 @@ def round_trip() -> dict[str, float]:
     calls: list[tuple[int, tuple[float, float, float]]] = []
     real_call = Suite._call
 
-    def spy(self: Suite, worker: Any, idx: int, name: str) -> tuple[float, float, float]:
-        got = real_call(self, worker, idx, name)
-        if worker is self.ref:
+    def spy(self: Suite, worker: Any, idx: int, name: str, timed: bool = True) -> tuple[float, float, float]:
+        got = real_call(self, worker, idx, name, timed)
+        if worker is self.ref and timed:
             calls.append((idx, got))
         return got
 
@@ -118,6 +121,7 @@ def main(out: Path) -> None:
     from avo.models import EvalOptions
 
     started = time.perf_counter()
+    trip = round_trip()
     runs: dict[str, list[tuple[dict[str, Any], float]]] = {"old": [], "new": []}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "seed"
@@ -133,7 +137,6 @@ def main(out: Path) -> None:
     rel_dev = max(abs(s / med - 1) for s in scalars["new"])
     reported = [statistics.fmean(r["spread"].values()) for r, _ in runs["new"]]
     wall_ratio = statistics.median(walls["new"]) / statistics.median(walls["old"])
-    trip = round_trip()
 
     suite = Suite(False, EvalOptions(quick=False), None)
     try:
