@@ -23,6 +23,7 @@ from pathlib import Path
 
 from avo.eval_inputs import derived_seed
 from avo.models import EvalOptions, EvalResult
+from avo.sandbox import current_level
 from avo_target_attention_mlx.configs import (
     ERROR_BUDGET,
     FULL_REPS,
@@ -368,8 +369,8 @@ class Suite:
         itemsize = {"float32": 4, "float16": 2, "bfloat16": 2}[self.dtype]
         lines = [
             f"device {self.device}, dtype {self.dtype}, {self.reps} timed pairs per config "
-            f"(interleaved with {REFERENCE_LABEL}; candidate and reference each in a sandboxed worker "
-            f"pinned to CPU {self.cpu}, timed by the evaluator around each request minus a "
+            f"(interleaved with {REFERENCE_LABEL}; candidate and reference each in a worker, sandbox "
+            f"level {current_level()}, pinned to CPU {self.cpu}, timed by the evaluator around each request minus a "
             f"{self.noop_s * 1e6:.0f} us no-op round trip and the input copy), inputs derived from the "
             "run's secret and the candidate's files.",
             f"error budget {ERROR_BUDGET:g} on max |out - ref| / max |V| against a float64 NumPy "
