@@ -245,3 +245,22 @@ def test_work_between_calls_is_caught(tmp_path: Path) -> None:
     result = evaluate(write_candidate(tmp_path, source))
     assert result["correct"] is False
     assert "of CPU between its calls" in result["error"], result["error"]
+
+
+def test_timed_calls_are_checked_on_every_row(tmp_path: Path) -> None:
+    # Honest on the first two calls of each shape (gate and warm-up), then only the first
+    # query head is computed: the timed outputs are checked too, on every row.
+    source = """
+        import mlx.core as mx
+        seen = {}
+        def decode_attention(q, k, v, scale):
+            n = seen[q.shape] = seen.get(q.shape, 0) + 1
+            out = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale)
+            if n <= 2:
+                return out
+            keep = mx.zeros(q.shape[1]).at[0].add(1.0).reshape(1, -1, 1, 1)
+            return out * keep
+        """
+    result = evaluate(write_candidate(tmp_path, source))
+    assert result["correct"] is False
+    assert "timed call 1's (timed outputs are checked too) error" in result["error"], result["error"]
