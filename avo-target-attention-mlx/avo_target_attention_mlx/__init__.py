@@ -29,7 +29,10 @@ MLX: handing the arrays to NumPy or another library is outside this target's int
 evaluator does not detect it; reviewers of the lineage will).
 
 Score: per config, the median over interleaved pairs of SDPA time / candidate time, with
-mx.eval around every call; the scalar is the geometric mean. Configs (full evaluation):
+mx.eval around every call; the scalar is the geometric mean. attention.py runs in its own
+sandboxed worker process, SDPA in another, both pinned to one CPU and timed by the
+evaluator from outside; extra threads, streams or processes, CPU used between calls, or
+leaving the pinned CPU fail the evaluation. Configs (full evaluation):
 {_CONFIG_LINES}
 dtype: float16 on a GPU backend, float32 on CPU (the notes say which ran).
 
@@ -82,11 +85,11 @@ def avo_knowledge(target: TargetSpec, dest: Path) -> None:
 def avo_evaluate(target: TargetSpec, workdir: Path, options: EvalOptions) -> EvalResult:
     from avo_target_attention_mlx.harness import evaluate_workdir
 
-    return evaluate_workdir(workdir, quick=options.quick, seed=options.seed)
+    return evaluate_workdir(workdir, options)
 
 
 @hookimpl
 def avo_baselines(target: TargetSpec, options: EvalOptions) -> dict[str, EvalResult]:
     from avo_target_attention_mlx.baselines import measure_baselines
 
-    return measure_baselines(quick=options.quick, seed=options.seed)
+    return measure_baselines(options)

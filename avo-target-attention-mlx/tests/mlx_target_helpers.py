@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
+from avo.evaluation import evaluate_dir
+
 SEED = Path(__file__).resolve().parents[1] / "avo_target_attention_mlx" / "seed" / "attention.py"
+
+SDPA = """
+    import mlx.core as mx
+    def decode_attention(q, k, v, scale):
+        return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale)
+    """
 
 
 def write_candidate(tmp_path: Path, source: str, name: str = "cand") -> Path:
@@ -22,13 +27,19 @@ def write_candidate(tmp_path: Path, source: str, name: str = "cand") -> Path:
 
 
 def evaluate(workdir: Path, *, quick: bool = True, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run ``python -m avo.evaluator`` on ``workdir`` (a real child) and parse its result."""
-    cmd = [sys.executable, "-m", "avo.evaluator", "--target", "attention_mlx", "--workdir", str(workdir)]
-    if quick:
-        cmd.append("--quick")
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=workdir,
-                          env={**os.environ, **(env or {})})
-    lines = [line for line in proc.stdout.splitlines() if line.strip()]
-    assert lines, f"evaluator printed nothing; stderr:\n{proc.stderr[-3000:]}"
-    result: dict[str, Any] = json.loads(lines[-1])
+    """Evaluate ``workdir`` as a run does (avo's private evaluator copy in a real child, the
+    candidate in its sandboxed worker) and return the result as a plain dict."""
+    from avo.plugins import find_target
+
+    saved = {k: os.environ.get(k) for k in (env or {})}
+    os.environ.update(env or {})
+    try:
+        ev = evaluate_dir(find_target("attention_mlx"), workdir, workdir.parent / f"{workdir.name}-eval.log", quick=quick)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    result: dict[str, Any] = ev.result.model_dump()
     return result
