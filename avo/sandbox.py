@@ -255,8 +255,43 @@ def _stat_fields(pid: int) -> list[str] | None:
     return raw.rsplit(")", 1)[1].split()
 
 
+def _children(pid: int) -> list[int] | None:
+    """Direct children of ``pid`` from ``/proc/<pid>/task/*/children`` (``None`` if unavailable)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []  # gone
+    out: list[int] = []
+    for tid in tasks:
+        try:
+            out.extend(int(c) for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split())
+        except FileNotFoundError:
+            if not Path(f"/proc/{pid}/task/{tid}").exists():
+                continue  # the thread ended while we looked
+            return None  # a kernel without CONFIG_PROC_CHILDREN
+        except OSError:
+            continue
+    return out
+
+
 def tree_pids(root: int) -> list[int]:
-    """``root`` and every live descendant (Linux ``/proc``), parents before children."""
+    """``root`` and every live descendant (Linux ``/proc``), parents before children.
+
+    Walks each process's ``children`` files (cheap: a sandbox holds few processes); falls
+    back to scanning every process on the machine where the kernel does not offer them.
+    """
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        kids = _children(pid)
+        if kids is None:
+            return _tree_pids_by_scan(root)
+        out.append(pid)
+        todo.extend(kids)
+    return out
+
+
+def _tree_pids_by_scan(root: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():

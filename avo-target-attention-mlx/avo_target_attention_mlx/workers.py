@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from avo.sandbox import Sandbox, installed_package_dirs, interpreter, popen
+from avo.sandbox import Sandbox, installed_package_dirs, interpreter, popen, tree_cpu_seconds, tree_pids
 
 HERE = Path(__file__).resolve().parent
 HARNESS = HERE / "worker.py"
@@ -51,34 +51,6 @@ def _ticks(path: str, fields: slice) -> int:
     except OSError:
         return 0
     return sum(int(v) for v in raw.rsplit(")", 1)[1].split()[fields])
-
-
-def tree_pids(root: int) -> list[int]:
-    """``root`` and its live descendants, parents first, from each thread's ``children`` file.
-
-    The same tree as :func:`avo.sandbox.tree_pids` at the cost of the sandbox's few processes
-    rather than a scan of every process on the machine (~10 ms here), which matters when
-    the tree is read around every timed call.
-    """
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                todo.extend(int(c) for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split())
-            except (OSError, ValueError):
-                continue
-    return out
-
-
-def tree_cpu_seconds(root: int) -> float:
-    """CPU seconds (user + system, reaped children included) of ``root``'s live tree."""
-    return sum(_ticks(f"/proc/{pid}/stat", slice(11, 15)) for pid in tree_pids(root)) / os.sysconf("SC_CLK_TCK")
 
 
 def _comm(path: str) -> str:
