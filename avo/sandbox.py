@@ -121,8 +121,12 @@ def _interpreter_paths() -> tuple[Path, ...]:
 
 
 def interpreter() -> str:
-    """The Python to start inside the sandbox (this interpreter, environment included)."""
-    return sys.executable
+    """The Python to start inside the sandbox (this interpreter, environment included).
+
+    Normalised: started as ``../.venv/bin/python``, the path would name folders that are
+    not bound inside the sandbox.
+    """
+    return os.path.abspath(sys.executable)
 
 
 def _covered(path: Path, roots: Iterable[Path]) -> bool:
