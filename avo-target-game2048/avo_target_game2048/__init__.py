@@ -97,7 +97,7 @@ def avo_evaluate(target: TargetSpec, workdir: Path, options: EvalOptions) -> Eva
         return None
     from avo_target_game2048.harness import Settings, evaluate_dir
 
-    return evaluate_dir(workdir, Settings.from_options(options), options.log_dir)
+    return evaluate_dir(workdir, Settings.from_options(options, workdir), options.log_dir)
 
 
 @hookimpl
