@@ -6,6 +6,11 @@ full evaluations of the seed and of every baseline, and the sandbox's cost: the 
 full evaluations without a sandbox and inside bubblewrap, interleaved, side by side with
 their ratio. Takes a few minutes on 2 cores.
 
+``python bench.py compare OLD REPORT.md`` puts the harness as it is side by side with an older
+one (``OLD`` holds its ``avo_target_game2048`` package, e.g. from ``git archive REV
+avo-target-game2048``): full evaluations of the seed and three baselines, each in its own
+process, interleaved old/new, with the ratio of their wall times.
+
 ``python bench.py spread DIR N REPORT.md`` evaluates the candidate in ``DIR`` under ``N``
 different run secrets (so ``N`` different sets of 48 games) and appends the spread of its
 scalar: what per-candidate seeds do to the comparability of two versions.
@@ -120,6 +125,60 @@ def sandbox_overhead(players: list[tuple[str, Path]], repeats: int = 2) -> list[
     ]
 
 
+_TIMED = """
+import inspect, json, sys, time
+from pathlib import Path
+from avo.models import EvalOptions
+from avo_target_game2048.harness import Settings, evaluate_dir
+work = Path(sys.argv[1])
+takes_dir = "workdir" in inspect.signature(Settings.from_options).parameters
+settings = Settings.from_options(EvalOptions(), work) if takes_dir else Settings.from_options(EvalOptions())
+start = time.perf_counter()
+result = evaluate_dir(work, settings)
+print(json.dumps({"wall": time.perf_counter() - start, "metrics": result.metrics, "error": result.error}))
+"""
+
+
+def _timed(package_root: Path, workdir: Path) -> tuple[float, dict[str, float]]:
+    """Wall seconds and metrics of one full evaluation by the harness under ``package_root``."""
+    import json
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": str(package_root)}
+    proc = subprocess.run([sys.executable, "-c", _TIMED, str(workdir)], env=env, capture_output=True, text=True,
+                          check=True)
+    data = json.loads(proc.stdout.strip().splitlines()[-1])
+    if data["error"]:
+        raise RuntimeError(f"{workdir.name} failed under {package_root}: {data['error']}")
+    return data["wall"], data["metrics"]
+
+
+def compare(old_root: Path, players: list[tuple[str, Path]], repeats: int = 3) -> list[str]:
+    """The harness here against the one under ``old_root``: interleaved full evaluations."""
+    new_root = Path(__file__).resolve().parent
+    rows = []
+    for name, workdir in players:
+        walls: dict[str, list[float]] = {"old": [], "new": []}
+        same = True
+        for _ in range(repeats):
+            w_old, m_old = _timed(old_root, workdir)
+            w_new, m_new = _timed(new_root, workdir)
+            walls["old"].append(w_old)
+            walls["new"].append(w_new)
+            same = same and m_old == m_new
+        a, b = statistics.median(walls["old"]), statistics.median(walls["new"])
+        rows.append(f"| {name} | {a:.2f} | {b:.2f} | {b / a:.3f} | {'same' if same else 'DIFFER'} |")
+    return [
+        f"Harness here vs `{old_root.name}` (full evaluations without a run secret, medians of {repeats}, "
+        "interleaved, each in its own process):",
+        "",
+        "| player | wall s, old | wall s, new | ratio | metrics |",
+        "| --- | --- | --- | --- | --- |",
+        *rows,
+        "",
+    ]
+
+
 def game_scores(log_dir: Path) -> list[int]:
     """Per-game scores from the games logs the harness wrote into ``log_dir``."""
     out = []
@@ -171,16 +230,33 @@ def main(argv: list[str]) -> int:
     if len(argv) == 4 and argv[0] == "spread":
         lines = spread(Path(argv[1]).resolve(), int(argv[2]))
         out = Path(argv[3])
+    elif len(argv) == 3 and argv[0] == "compare":
+        with tempfile.TemporaryDirectory() as tmp:
+            lines = compare(Path(argv[1]).resolve(), _players(Path(tmp)))
+        out = Path(argv[2])
     elif len(argv) == 1:
         out = Path(argv[0])
         lines = report()
     else:
-        print("usage: python bench.py REPORT.md | python bench.py spread DIR N REPORT.md", file=sys.stderr)
+        print("usage: python bench.py REPORT.md | python bench.py compare OLD REPORT.md | "
+              "python bench.py spread DIR N REPORT.md", file=sys.stderr)
         return 2
     with open(out, "a") as fh:
         fh.write("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
+
+
+def _players(tmp: Path) -> list[tuple[str, Path]]:
+    """The seed and three baselines of increasing cost, staged as candidates under ``tmp``."""
+    seed = tmp / "seed"
+    seed.mkdir()
+    shutil.copy2(SEED_DIR / "agent.py", seed / "agent.py")
+    out = [("seed x_0", seed)]
+    for name in ("greedy", "corner", "expectimax"):
+        (tmp / name).mkdir()
+        out.append((f"baseline {name}", stage(name, tmp / name)))
+    return out
 
 
 def report() -> list[str]:

@@ -45,9 +45,6 @@ RUNNER = Path(__file__).with_name("runner.py")
 _MAX_LINE = 512
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 _WAIT_SLICE_S = 0.25  # how often a waiting harness re-reads the player's CPU time
-# Processes of a sandbox that runs only the player: bwrap outside, bwrap's init (PID 1
-# inside), the runner (PID 2 inside). At level none the runner is alone.
-_EXPECTED_TASKS = {"bwrap": 3, "none": 1}
 # The interpreter's flags: -S, no site-packages (standard library only). Not -I: that
 # would ignore PYTHONHASHSEED, and set orders of str keys must be the same every run.
 PLAYER_ENV = {"PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8"}
@@ -94,6 +91,21 @@ def _wait_gone(pids: list[int], timeout_s: float = 2.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and any(alive(pid) for pid in pids):
         time.sleep(0.005)
+
+
+def _inner_pid(pid: int) -> int | None:
+    """``pid``'s number in its innermost PID namespace (``NSpid``), or ``None``.
+
+    A sandbox that runs only the player holds bwrap outside, bwrap's init (PID 1 inside)
+    and the runner (PID 2 inside); anything else was started by the player.
+    """
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("NSpid:"):
+                return int(line.split()[-1])
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 def _describe(pid: int) -> str:
@@ -201,10 +213,11 @@ class PlayerProcess:
         threads = tree_threads(self.proc.pid)
         if not threads:  # already gone; the pipe will say how
             return None
-        pids = list(threads)  # parents before children: the sandbox's own processes first
-        expected = _EXPECTED_TASKS[self.level]
-        runner = pids[expected - 1] if len(pids) >= expected else pids[-1]
-        extra = pids[expected:]
+        pids = list(threads)
+        own = {self.proc.pid} | ({pid for pid in pids if _inner_pid(pid) in (1, 2)} if self.level == "bwrap" else set())
+        runner = next((pid for pid in pids if _inner_pid(pid) == 2), pids[-1]) if self.level == "bwrap" \
+            else self.proc.pid
+        extra = [pid for pid in pids if pid not in own]
         if extra:
             named = ", ".join(_describe(pid) for pid in extra[:4])
             more = f" and {len(extra) - 4} more" if len(extra) > 4 else ""
