@@ -30,7 +30,7 @@ from pathlib import Path
 from avo_target_game2048 import BASELINES, SEED_DIR
 from avo_target_game2048.baselines_run import stage
 from avo_target_game2048.engine import Game, spawn, successors
-from avo_target_game2048.harness import RUNNER, Settings, evaluate_dir
+from avo_target_game2048.harness import Settings, evaluate_dir, stage_scratch
 from avo_target_game2048.player import PlayerProcess
 
 from avo.models import EvalOptions
@@ -58,9 +58,12 @@ def engine_moves_per_second(seconds: float = 3.0) -> float:
 def round_trips_per_second(count: int = 20000) -> float:
     """Request/reply pairs per second through the real runner with a trivial player."""
     with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
+        work = Path(tmp) / "work"
+        work.mkdir()
         (work / "agent.py").write_text("def choose_move(board):\n    return 'L'\n")
-        player = PlayerProcess(work, work / "stderr.log", cpu_budget_s=120, runner=RUNNER)
+        (Path(tmp) / "scratch").mkdir()
+        player_dir, runner = stage_scratch(work, Path(tmp) / "scratch")  # as an evaluation runs it
+        player = PlayerProcess(player_dir, Path(tmp) / "stderr.log", cpu_budget_s=120, runner=runner)
         try:
             assert player.read_line(20) == "ready"
             start = time.perf_counter()
@@ -90,11 +93,12 @@ def full_evaluation(workdir: Path, label: str, options: EvalOptions | None = Non
     return wall, cpu, geo, notes.split(". ")[0]
 
 
-def sandbox_overhead(players: list[tuple[str, Path]], repeats: int = 2) -> list[str]:
+def sandbox_overhead(players: list[tuple[str, Path]], repeats: int = 3) -> list[str]:
     """Full evaluations at sandbox level ``none`` and ``bwrap``, interleaved: rows with the ratio."""
     rows = []
     saved = os.environ.get("AVO_SANDBOX")
     try:
+        full_evaluation(players[0][1], "bench-warm-up")  # the first evaluation pays one-off imports
         for name, workdir in players:
             walls: dict[str, list[float]] = {"none": [], "bwrap": []}
             cpus: dict[str, list[float]] = {"none": [], "bwrap": []}

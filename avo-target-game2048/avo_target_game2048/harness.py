@@ -128,8 +128,9 @@ def _check_tasks(player: PlayerProcess) -> None:
         raise PlayerFailure(why)
 
 
-def play_all(cwd: Path, settings: Settings, stderr_path: Path, log: Any = None, runner: Path = RUNNER) -> PlayReport:
-    """Start the player in ``cwd`` (its scratch copy) and play every game of every bank, in order."""
+def play_all(cwd: Path, settings: Settings, stderr_path: Path, log: Any = None, *, runner: Path) -> PlayReport:
+    """Start the player in ``cwd`` (its scratch copy, with ``runner`` from :func:`stage_scratch`)
+    and play every game of every bank, in order."""
     report = PlayReport()
     schedule = [(bank, i, seed) for bank, seeds in settings.banks.items() for i, seed in enumerate(seeds)]
     started = time.monotonic()

@@ -14,8 +14,8 @@ importing agent.py, parsing each request, choose_move itself, writing each reply
 whatever it started (a double-forked daemon included: inside the PID namespace it is
 reaped by the sandbox's init and counted there). What is not charged: the engine, the
 harness's own pipe reads and writes. The budget is measured here, from the kernel
-(:func:`avo.sandbox.tree_cpu_seconds` over the sandbox's process tree while it runs, and
-``wait4`` rusage when it ends), never reported by the player.
+(:func:`avo.sandbox.tree_cpu_seconds` over the sandbox's process tree, read until it
+ends), never reported by the player.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def _children_cpu_s(pid: int) -> float:
     return (int(fields[13]) + int(fields[14])) / _CLK_TCK
 
 
-def _wait_gone(pids: list[int], timeout_s: float = 2.0) -> None:
+def _wait_gone(pids: list[int], timeout_s: float = 5.0) -> None:
     """Wait (briefly) until killed processes are gone (zombies waiting for a reaper count as gone)."""
     def alive(pid: int) -> bool:
         try:
@@ -122,11 +122,12 @@ class PlayerProcess:
     """One player process for a whole evaluation (caches may persist across its games).
 
     ``cwd`` is the scratch copy of the candidate (the sandbox's only writable folder);
-    ``runner`` the player-side shim, bound read-only. ``level`` defaults to the run's
-    sandbox level (``$AVO_SANDBOX``).
+    ``runner`` a copy of :data:`RUNNER` in a folder of its own, bound read-only (the
+    package itself is hidden in the sandbox). ``level`` defaults to the run's sandbox
+    level (``$AVO_SANDBOX``).
     """
 
-    def __init__(self, cwd: Path, stderr_path: Path, *, cpu_budget_s: float, runner: Path = RUNNER,
+    def __init__(self, cwd: Path, stderr_path: Path, *, cpu_budget_s: float, runner: Path,
                  level: Level | None = None, memory_mb: int = 4096, stderr_cap_mb: int = 16) -> None:
         self.cwd = cwd
         self.stderr_path = stderr_path
@@ -279,10 +280,11 @@ class PlayerProcess:
     def close(self, *, kill: bool = True, grace_s: float = 2.0) -> float:
         """End the player and everything in its sandbox; return the CPU seconds they used.
 
-        EOF first: a well-behaved player exits at once and the kernel's ``wait4`` rusage
-        then holds the whole sandbox (every process in it was reaped inside). Past the grace
-        period (``kill``: a short one) the tree's CPU is read once more and the sandbox is
-        killed; the figure is the larger of what was seen and what the kernel reports.
+        EOF first: a well-behaved player exits at once; past the grace period (``kill``: a
+        short one) every process of the sandbox is killed. The tree's CPU is read every 5 ms
+        until then, and the figure is the larger of the last reading and the ``wait4``
+        rusage (exact at level ``none``; inside bubblewrap it holds only bwrap's outer
+        process, which exits before the sandbox's init has reaped the rest).
         """
         if self.final_cpu_s is not None:
             return self.final_cpu_s
@@ -293,15 +295,18 @@ class PlayerProcess:
             pass
         deadline = time.monotonic() + (min(grace_s, 0.5) if kill else grace_s)
         pid = self.proc.pid
+        seen: set[int] = set()  # every process of the sandbox seen while it ended
         while True:
             done, status, usage = os.wait4(pid, os.WNOHANG)
             if done or time.monotonic() >= deadline:
                 break
+            seen.update(tree_pids(pid))
             self.cpu_seconds()
             time.sleep(0.005)
         if not done:
             self.cpu_seconds()  # the last look before the kill: a killed sandbox is not reaped here
             inside = tree_pids(pid)
+            seen.update(inside)
             for victim in reversed(inside):  # children first, then bwrap; the daemons by name
                 try:
                     os.kill(victim, signal.SIGKILL)
@@ -312,12 +317,15 @@ class PlayerProcess:
             except (ProcessLookupError, PermissionError):
                 pass
             done, status, usage = os.wait4(pid, 0)
-            _wait_gone(inside[1:])
         else:
             try:  # at level none, grandchildren would keep running (and hold pipes) otherwise
                 os.killpg(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+        # bubblewrap's outer process exits as soon as it learns the player's exit status, while
+        # the sandbox's init is still killing the rest of the namespace: wait for that too.
+        seen.discard(pid)
+        _wait_gone(sorted(seen))
         self.status = status
         self.proc.returncode = os.waitstatus_to_exitcode(status)
         self.final_cpu_s = max(self._peak_cpu_s, usage.ru_utime + usage.ru_stime)
