@@ -25,26 +25,31 @@ Evolve agent.py into the strongest 2048 player you can, under a hard thinking-ti
 
 Interface: agent.py defines choose_move(board) -> "U" | "D" | "L" | "R"; board is 4 rows of
 4 tile values (0 = empty), row 0 at the top. "U" slides tiles towards row 0, "L" towards
-column 0. The move must change the board. agent.py runs in its own process, standard
-library only, one thread, started once per evaluation; module-level state persists across
-moves and games. The harness owns the engine and the random spawns (2 with p 0.9, else 4)
-and talks to your process over a pipe, one line per move; what you print goes to a log.
+column 0. The move must change the board. agent.py runs in its own sandboxed process
+(standard library only, one thread, no child processes), started once per evaluation in a
+fresh copy of your files; module-level state persists across moves and games, nothing
+persists across evaluations. The harness owns the engine and the random spawns (2 with
+p 0.9, else 4) and talks to your process over a pipe, one line per move; what you print
+goes to a log.
 
 Score: the game score is the sum of the values of all merged tiles (two 256s merging add
 512), so the benchmark pays for merge points, not for how healthy a board looks. Each
-metric (bank1..bank4) is the mean game score over 12 fixed, deterministic seeds; the
-scalar is the geometric mean of the four banks. Quick runs use bank1 with 2 games.
+metric (bank1..bank4) is the mean game score over 12 games; the scalar is the geometric
+mean of the four banks. Quick runs use bank1 with 2 games. The games are drawn for each
+candidate from a secret of the run and the content of your files: the same files replay
+the same games, any edit gets new ones, so scores carry a sampling spread (the declared
+noise band) and no player can know its games in advance.
 
-Budget: 120 s of your process's CPU time for the whole evaluation (48 games, start-up and
-imports included), measured by the harness from the kernel. Past the budget the score is
-zero, not "a bit less". A reply must also come within 20 s of wall time, and the whole
-evaluation within 720 s. Search depth, evaluation cost and pruning compete for the same
-seconds; that trade-off is the problem. An illegal or malformed reply, an exception, an
-exit, extra threads or processes fail the evaluation with a message naming the game and
-the move.
+Budget: 120 s of CPU time for the whole evaluation (48 games, start-up and imports
+included), summed over every process and thread in the sandbox and measured by the
+harness from the kernel. Past the budget the score is zero, not "a bit less". A reply
+must also come within 20 s of wall time, and the whole evaluation within 720 s. Search
+depth, evaluation cost and pruning compete for the same seconds; that trade-off is the
+problem. An illegal or malformed reply, an exception, an exit, extra threads or processes
+fail the evaluation with a message naming the game and the move.
 
-Rules: play from the board you are shown. Do not read the harness's files, predict its
-random number generator, or keep state between evaluations outside agent.py's directory.
+Rules: play from the board you are shown. The harness's files and the run's secret are not
+visible to the player; do not try to predict its random number generator.
 The knowledge base (kb/) covers expectimax, evaluation terms, bitboards and time management.
 """
 
@@ -61,7 +66,7 @@ def spec() -> TargetSpec:
         baseline_timeout=3600.0,
         has_baselines=True,
         has_quick=True,  # options.quick runs a smaller benchmark set
-        noise=NoiseSpec(band=0.0),
+        noise=NoiseSpec(band=0.16, confirm_runs=3),
         requirements=[],
     )
 
@@ -90,7 +95,7 @@ def avo_evaluate(target: TargetSpec, workdir: Path, options: EvalOptions) -> Eva
     """Play the candidate's games through the pipe and score them."""
     from avo_target_game2048.harness import Settings, evaluate_dir
 
-    return evaluate_dir(workdir, Settings.from_options(options), options.log_dir)
+    return evaluate_dir(workdir, Settings.from_options(options, workdir), options.log_dir)
 
 
 @hookimpl

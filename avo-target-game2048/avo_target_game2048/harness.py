@@ -1,15 +1,18 @@
 """Play a candidate's games through the pipe and turn them into the evaluator contract.
 
-The engine runs here; the player runs in its own process (:mod:`.player`). Every rule is
-checked on this side: the reply must be one of U/D/L/R and must change the board, the
-player's CPU time must stay inside the budget, each reply must come within the per-move
-wall limit and the whole evaluation within the total wall limit.
+The engine runs here; the player runs in its own sandboxed process (:mod:`.player`) on a
+fresh scratch copy of the candidate. Every rule is checked on this side: the reply must be
+one of U/D/L/R and must change the board, the CPU time of everything in the sandbox must
+stay inside the budget, the player must stay one thread in one process, each reply must
+come within the per-move wall limit and the whole evaluation within the total wall limit.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -18,20 +21,45 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from avo.eval_inputs import derived_seed
 from avo.models import EvalOptions, EvalResult
-from avo_target_game2048.engine import MOVES, Game, max_tile, spawn, successors
-from avo_target_game2048.player import PlayerFailure, PlayerProcess
+from avo_target_game2048.engine import MASK64, MOVES, Game, max_tile, spawn, successors
+from avo_target_game2048.player import RUNNER, PlayerFailure, PlayerProcess
 
 GAMES_PER_BANK = 12
 BANK_NAMES = ("bank1", "bank2", "bank3", "bank4")
 QUICK_GAMES = 2
 _CHECK_EVERY_S = 0.5  # how often the budget is read from /proc while the player runs
 _TASKS_EVERY_S = 2.0  # how often the harness looks for extra threads or processes
+_NOT_COPIED = (".git", ".avo")  # version control and avo's own score file are not the player
 
 
 def game_seed(bank: int, index: int) -> int:
-    """The fixed seed of game ``index`` (0-based) of bank ``bank`` (1-based)."""
+    """The public seed of game ``index`` (0-based) of bank ``bank`` (1-based).
+
+    Used only where there is no run secret: conformance suites, tests, and runs recorded
+    before runs had one (their lineage was scored on these games and stays comparable).
+    """
     return 0x20480000 + 1000 * bank + index
+
+
+def secret_seeds(bank_seed: int, games: int) -> list[int]:
+    """The ``games`` game seeds of one bank, spread from the bank's derived seed."""
+    return [int.from_bytes(hashlib.sha256(f"{bank_seed}:{i}".encode()).digest()[:8], "big") & MASK64
+            for i in range(games)]
+
+
+def bank_seeds(options: EvalOptions, workdir: Path | None, bank: int, name: str, games: int) -> list[int]:
+    """The seeds bank ``name`` plays for this candidate (``workdir``; ``None``: the baselines).
+
+    With the run's secret, each bank's seed comes from the secret and the candidate's
+    digest (:func:`avo.eval_inputs.derived_seed`): the same tree replays the same games in
+    the same run (``avo verify`` is exact), an edited tree gets new ones, and nothing inside
+    the sandbox can compute them. Without a secret: the public seeds of :func:`game_seed`.
+    """
+    if not options.secret:
+        return [game_seed(bank, i) for i in range(games)]
+    return secret_seeds(derived_seed(options, workdir, f"game2048:{name}"), games)
 
 
 class Settings(BaseModel):
@@ -50,8 +78,9 @@ class Settings(BaseModel):
         return self.wall_limit_s if self.wall_limit_s is not None else 5 * self.budget_s + 120
 
     @classmethod
-    def from_options(cls, options: EvalOptions) -> Settings:
-        """Full or quick bank set, plus test-only overrides passed as extra EvalOptions fields.
+    def from_options(cls, options: EvalOptions, workdir: Path | None = None) -> Settings:
+        """Full or quick bank set for ``workdir``, plus test-only overrides passed as extra
+        EvalOptions fields (``workdir`` ``None``: the baselines' shared games of the run).
 
         Extra fields understood: ``budget_s``, ``move_timeout_s``, ``wall_limit_s``,
         ``max_moves``, ``games_per_bank``.
@@ -62,7 +91,7 @@ class Settings(BaseModel):
             raise ValueError(f"unknown game2048 evaluation options: {', '.join(sorted(unknown))}")
         per_bank = int(extra.pop("games_per_bank", QUICK_GAMES if options.quick else GAMES_PER_BANK))
         names = BANK_NAMES[:1] if options.quick else BANK_NAMES
-        banks = {name: [game_seed(b, i) for i in range(per_bank)] for b, name in enumerate(names, start=1)}
+        banks = {name: bank_seeds(options, workdir, b, name, per_bank) for b, name in enumerate(names, start=1)}
         return cls(banks=banks, **extra)
 
 
@@ -93,13 +122,20 @@ def _where(bank: str, index: int, number: int, total: int, move_no: int) -> str:
     return f"game {number} of {total} ({bank}, seed #{index}), move {move_no}"
 
 
-def play_all(cwd: Path, settings: Settings, stderr_path: Path, log: Any = None) -> PlayReport:
-    """Start the player in ``cwd`` and play every game of every bank, in order."""
+def _check_tasks(player: PlayerProcess) -> None:
+    why = player.extra_tasks()
+    if why:
+        raise PlayerFailure(why)
+
+
+def play_all(cwd: Path, settings: Settings, stderr_path: Path, log: Any = None, *, runner: Path) -> PlayReport:
+    """Start the player in ``cwd`` (its scratch copy, with ``runner`` from :func:`stage_scratch`)
+    and play every game of every bank, in order."""
     report = PlayReport()
     schedule = [(bank, i, seed) for bank, seeds in settings.banks.items() for i, seed in enumerate(seeds)]
     started = time.monotonic()
     deadline = started + settings.total_wall_s()
-    player = PlayerProcess(cwd, stderr_path, cpu_budget_s=settings.budget_s)
+    player = PlayerProcess(cwd, stderr_path, cpu_budget_s=settings.budget_s, runner=runner)
     where = "start-up (before the first move)"
     try:
         hello = player.read_line(min(settings.move_timeout_s, settings.total_wall_s()))
@@ -107,6 +143,7 @@ def play_all(cwd: Path, settings: Settings, stderr_path: Path, log: Any = None) 
             raise PlayerFailure(hello[1:].strip() + player.stderr_tail())
         if hello != "ready":
             raise PlayerFailure(f"the runner's first line was {hello[:80]!r}, expected 'ready'")
+        _check_tasks(player)  # what importing agent.py started
         next_check = time.monotonic() + _CHECK_EVERY_S
         next_tasks = time.monotonic()
         for number, (bank, index, seed) in enumerate(schedule, start=1):
@@ -155,15 +192,14 @@ def play_all(cwd: Path, settings: Settings, stderr_path: Path, log: Any = None) 
                         raise PlayerFailure(f"over the thinking-time budget: {used:.1f} s of {settings.budget_s:g} s")
                     if now >= next_tasks:
                         next_tasks = now + _TASKS_EVERY_S
-                        why = player.extra_tasks()
-                        if why:
-                            raise PlayerFailure(why)
+                        _check_tasks(player)
             record = GameRecord(bank, index, seed, score, moves, max_tile(board), capped)
             report.games.append(record)
             if log is not None:
                 print(f"{bank} #{index}: score {score}, {moves} moves, best tile {record.best_tile}"
                       f"{' (stopped at the move cap)' if capped else ''}", file=log, flush=True)
         where = "the end of the evaluation"
+        _check_tasks(player)
     except PlayerFailure as exc:
         report.error = f"{where}: {exc}"
     finally:
@@ -212,9 +248,25 @@ def result_of(report: PlayReport, settings: Settings) -> EvalResult:
     return EvalResult(correct=True, metrics=metrics, notes=_notes(report, settings))
 
 
+def stage_scratch(workdir: Path, scratch: Path) -> tuple[Path, Path]:
+    """Copy the candidate's files and the player-side runner into a fresh ``scratch``.
+
+    Returns ``(player_dir, runner)``: the player's working directory (its only writable
+    folder in the sandbox, gone after the evaluation) and the runner, in a folder of its
+    own so that it shadows no candidate file. Symbolic links are copied as links.
+    """
+    player_dir = scratch / "player"
+    shutil.copytree(workdir, player_dir, symlinks=True, ignore=shutil.ignore_patterns(*_NOT_COPIED))
+    shim = scratch / "shim"
+    shim.mkdir()
+    runner = shim / RUNNER.name
+    shutil.copy2(RUNNER, runner)
+    return player_dir, runner
+
+
 def evaluate_dir(workdir: Path, settings: Settings, log_dir: Path | None = None,
                  label: str = "candidate") -> EvalResult:
-    """Check that ``workdir`` holds an ``agent.py`` and evaluate it."""
+    """Check that ``workdir`` holds an ``agent.py`` and evaluate a fresh copy of it."""
     if not (workdir / "agent.py").is_file():
         return EvalResult(correct=False, error=f"no agent.py in {workdir}: the player must be agent.py "
                           "defining choose_move(board)")
@@ -223,6 +275,9 @@ def evaluate_dir(workdir: Path, settings: Settings, log_dir: Path | None = None,
         base = log_dir if log_dir is not None and log_dir.is_dir() else Path(tmp)
         stderr_path = base / f"player-stderr-{stamp}.log"
         games_log = base / f"games-{stamp}.log"
+        scratch = Path(tmp) / "scratch"
+        scratch.mkdir()
+        player_dir, runner = stage_scratch(workdir, scratch)
         with open(games_log, "w") as log:
-            report = play_all(workdir, settings, stderr_path, log)
+            report = play_all(player_dir, settings, stderr_path, log, runner=runner)
         return result_of(report, settings)

@@ -8,3 +8,5 @@ from avo.testing import TargetConformance
 class TestGame2048Conformance(TargetConformance):
     target = "game2048"
     garbage = "def choose_move(board):\n    return (((\n"
+    # The band is the spread between trees (each plays its own games); one tree replays exactly.
+    reproducibility_tolerance = 0.0

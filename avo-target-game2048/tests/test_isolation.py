@@ -3,10 +3,14 @@ game, the move and what happened."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
-from avo_target_game2048.harness import game_seed
+from avo_target_game2048 import PACKAGE_DIR
+from avo_target_game2048.harness import Settings, game_seed
 from conftest import quick_eval, stage
+
+from avo.models import EvalOptions
 
 
 def test_the_seed_passes_and_scores_positive_means_per_bank(seed_dir: Path) -> None:
@@ -29,7 +33,9 @@ def test_evaluating_twice_gives_identical_metrics(seed_dir: Path, tmp_path: Path
 
 def test_patching_the_engine_inside_the_player_changes_nothing(seed_dir: Path, tmp_path: Path) -> None:
     honest = quick_eval(seed_dir)
-    cheat = quick_eval(stage(tmp_path / "cheat", "patch_engine"))
+    cheat_dir = stage(tmp_path / "cheat", "patch_engine")
+    shutil.copy2(PACKAGE_DIR / "engine.py", cheat_dir / "stolen_engine.py")
+    cheat = quick_eval(cheat_dir)
     assert cheat.correct, cheat.error
     assert cheat.metrics == honest.metrics
 
@@ -142,6 +148,8 @@ def test_the_player_gets_a_sanitized_environment(tmp_path: Path, monkeypatch: ob
         del os.environ["GAME2048_SECRET_FOR_TEST"]
 
 
-def test_bank_seeds_are_fixed() -> None:
+def test_without_a_run_secret_the_bank_seeds_are_the_public_ones(seed_dir: Path) -> None:
     assert game_seed(1, 0) != game_seed(2, 0)
     assert game_seed(3, 11) == 0x20480000 + 3011
+    banks = Settings.from_options(EvalOptions(), seed_dir).banks
+    assert banks["bank3"] == [game_seed(3, i) for i in range(12)]

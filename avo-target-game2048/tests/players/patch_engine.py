@@ -1,6 +1,7 @@
 # mypy: ignore-errors
-"""Cheater: loads the harness's engine module into its own process and patches it so
-spawns never happen and every move scores a million, then plays exactly like the seed."""
+"""Cheater: loads a copy of the harness's engine (stolen_engine.py, copied into its tree) into
+its own process and patches it so spawns never happen and every move scores a million, then
+plays exactly like the seed."""
 
 import importlib.util
 import os
@@ -8,8 +9,8 @@ import sys
 
 import seed_agent
 
-_runner = os.path.abspath(sys.modules["__main__"].__file__)
-_spec = importlib.util.spec_from_file_location("stolen_engine", os.path.join(os.path.dirname(_runner), "engine.py"))
+_here = os.path.dirname(os.path.abspath(__file__))
+_spec = importlib.util.spec_from_file_location("stolen_engine", os.path.join(_here, "stolen_engine.py"))
 engine = importlib.util.module_from_spec(_spec)
 sys.modules["stolen_engine"] = engine
 _spec.loader.exec_module(engine)
