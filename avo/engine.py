@@ -620,15 +620,18 @@ def start_run(
 
 
 def _nondeterminism(run: Run, tree: str, evaluation: Evaluation, screening: bool = False) -> str | None:
-    """On a target that declares no noise, the same tree must score the same every time."""
-    if run.state.options.noise.band > 0 or evaluation.scalar is None:
+    """On a target that declares no noise (or that replays a tree exactly), the same tree must
+    score the same every time."""
+    noise = run.state.options.noise
+    if (noise.band > 0 and not noise.replays_exactly) or evaluation.scalar is None:
         return None
     for record in read_trajectory(run.paths):
         if record.get("tree") == tree and record.get("scalar") is not None \
                 and bool(record.get("screening")) == screening \
                 and record.get("metrics") != evaluation.result.metrics:
             return (f"this exact tree scored {fmt_number(record['scalar'])} in {record.get('id')} and "
-                    f"{fmt_number(evaluation.scalar)} now, but the target declares no noise: the candidate "
+                    f"{fmt_number(evaluation.scalar)} now, but the target "
+                    f"{'replays a tree exactly' if noise.replays_exactly else 'declares no noise'}: the candidate "
                     "is not deterministic (pacing by the clock?), so its score depends on the machine's load")
     return None
 
@@ -770,6 +773,13 @@ def submit(
             if verdict != "confirm":
                 decision = single_decision(scalar, reference, best.n, direction, tie)
                 accepted, new_best, reason = decision.accepted, decision.new_best, decision.reason
+            elif state.options.noise.replays_exactly:
+                # Each tree replays its own inputs exactly: the repeats would be these numbers.
+                k = state.options.noise.confirm_runs
+                decision = confirm([scalar] * (k + 1), [best.scalar] * k, direction, band)
+                accepted, new_best, scalar = decision.accepted, decision.new_best, decision.scalar
+                reason = f"{decision.reason}; the target replays a tree exactly, so no re-measurement was run"
+                confirm_info = {"replayed": True, "runs": k}
             else:
                 say(f"gain {g:+.1%} is inside the noise band (±{band:.0%}): re-measuring the candidate and "
                     f"v{best.n} {state.options.noise.confirm_runs}× each, interleaved ...")
