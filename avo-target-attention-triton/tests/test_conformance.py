@@ -13,6 +13,7 @@ from avo.testing import TargetConformance
 class TestAttentionTritonConformance(TargetConformance):
     target = "attention_triton"
     garbage = "this is not Python ((( @triton.jit\n"
+    hostile = "import os\nos.system({shell_py})\n{original}"
     # On the GPU the declared 5 % band applies. Under the interpreter the quick scalar is a
     # ratio of a Python-interpreted kernel to a compiled CPU SDPA call of ~0.1-0.2 ms, whose
     # CPU time swings with the shared machine's caches. Measured here (load average 7-9 on 2
