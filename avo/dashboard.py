@@ -110,13 +110,15 @@ def _steps_table(p: Progress) -> Table:
     for col, kw in (("#", {"justify": "right"}), ("outcome", {}), ("scalar", {"justify": "right"}),
                     ("Δ best", {"justify": "right"}),
                     ("message", {"ratio": 1, "overflow": "ellipsis", "no_wrap": True}),
-                    ("time", {"justify": "right"}), ("tokens/cost", {"justify": "right"})):
+                    ("time", {"justify": "right"}), ("tokens/cost", {"justify": "right"}),
+                    ("measured on", {"overflow": "ellipsis", "no_wrap": True})):
         table.add_column(col, **kw)  # type: ignore[arg-type]
     for e in p.recent:
         style = OUTCOME_STYLE.get(e.outcome, "")
         outcome = e.outcome + (" ★" if e.new_best else "")
         table.add_row(str(e.attempt), Text(outcome, style=style), fmt_number(e.scalar), fmt_gain(e.gain),
-                      e.message, fmt_duration(e.wall_s), fmt_usage(e.input_tokens, e.output_tokens, e.cost_usd))
+                      e.message, fmt_duration(e.wall_s), fmt_usage(e.input_tokens, e.output_tokens, e.cost_usd),
+                      e.where or "")
     return table
 
 
@@ -209,7 +211,8 @@ class PlainReporter:
             e: StepEvent = data["event"]
             scalar = f" scalar {fmt_number(e.scalar)} ({fmt_gain(e.gain)})" if e.scalar is not None else ""
             self._say(f"step {e.attempt}: {e.outcome}{' (new best)' if e.new_best else ''}{scalar} — {e.message} "
-                      f"[{fmt_duration(e.wall_s)}, {fmt_usage(e.input_tokens, e.output_tokens, e.cost_usd)}] "
+                      f"[{fmt_duration(e.wall_s)}, {fmt_usage(e.input_tokens, e.output_tokens, e.cost_usd)}"
+                      f"{', on ' + e.where if e.where else ''}] "
                       f"best v{p.best_version} = {fmt_number(p.best_scalar)} ({fmt_gain(p.gain_over_seed())} over x_0)"
                       f"; spend ${p.spend:.4f}")
         elif event == "supervisor_begin":
@@ -243,7 +246,7 @@ class JsonReporter:
                 obj.update({"attempt": e.attempt, "outcome": e.outcome, "status": e.status, "scalar": e.scalar,
                             "gain": _finite(e.gain), "message": e.message, "reason": e.reason,
                             "wall_s": round(e.wall_s, 3), "step_cost_usd": e.cost_usd, "version": e.version,
-                            "new_best": e.new_best})
+                            "new_best": e.new_best, "where": e.where})
             else:
                 obj[key] = value
         self.stream.write(json.dumps(obj, default=str) + "\n")

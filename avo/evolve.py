@@ -73,6 +73,7 @@ class StepEvent:
     cost_usd: float = 0.0
     version: int | None = None
     new_best: bool = False
+    where: str | None = None  # the executor and node that measured it
 
 
 @dataclass
@@ -213,7 +214,7 @@ def _event_from_record(r: dict[str, Any]) -> StepEvent:
         scalar=r.get("scalar"), reason=str(r.get("reason") or r.get("error") or ""),
         wall_s=float(usage.get("wall_s") or 0.0), input_tokens=int(usage.get("input_tokens") or 0),
         output_tokens=int(usage.get("output_tokens") or 0), cost_usd=float(usage.get("cost_usd") or 0.0),
-        version=r.get("version"),
+        version=r.get("version"), where=r.get("where"),
     )
 
 
@@ -422,6 +423,7 @@ def _step(run: Run, config: EvolveConfig, hook: Any, progress: Progress, report:
     event.outcome = out.outcome
     event.scalar = out.evaluation.scalar
     event.reason = out.reason
+    event.where = out.evaluation.where
     if out.evaluation.scalar is not None:
         event.gain = gain(out.evaluation.scalar, best_before, state.target.direction)
     if out.version is not None:

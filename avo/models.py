@@ -67,6 +67,21 @@ class NoiseSpec(BaseModel):
     confirm_runs: int = Field(3, ge=1, le=50)
 
 
+class TargetResources(BaseModel):
+    """What one evaluation of a target holds on the machine that runs it.
+
+    The local executor ignores it (one evaluation at a time on this machine); a cluster
+    executor places each evaluation on a node with these free, e.g. a whole GPU of a type.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    cpus: float = 1
+    gpus: float = 0
+    memory_mb: int | None = None
+    accelerator: str | None = None
+
+
 class TargetSpec(BaseModel):
     """What a target announces through ``avo_targets`` (or a ``target.yaml``)."""
 
@@ -82,6 +97,7 @@ class TargetSpec(BaseModel):
     has_baselines: bool = False
     limits: ResourceLimits = Field(default_factory=ResourceLimits)
     noise: NoiseSpec = Field(default_factory=NoiseSpec)
+    resources: TargetResources = Field(default_factory=TargetResources)
     stall_limit: int = Field(3, ge=1, description="Steps without a new best before the supervisor")
     requirements: list[str] = Field(
         default_factory=list, description="Import names the evaluator needs (checked by doctor)"
@@ -219,3 +235,71 @@ class SupervisorAnswer(BaseModel):
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
+
+
+class ExecutorInfo(BaseModel):
+    """What an executor plugin announces through ``avo_executors``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    description: str = ""
+    remote: bool = Field(False, description="Evaluations may run on another machine")
+    provider: str | None = None
+
+
+class ExecutorCheck(BaseModel):
+    """An executor's answer to ``avo_executor_check``: is it ready, and how many jobs at once."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ok: bool
+    lines: list[str] = Field(default_factory=list, description="What was checked, one line each")
+    problems: list[str] = Field(default_factory=list, description="What is missing, with the fix")
+    capacity: int = Field(1, ge=1, description="Jobs of this target that can run at the same time")
+
+
+class EvalJob(BaseModel):
+    """One evaluation, with everything a worker on another machine needs to run it honestly.
+
+    The candidate travels as an uncompressed tar of the exported snapshot, addressed by its
+    sha256; the worker refuses to run unless its installed evaluator hashes to
+    ``evaluator_hashes`` (and, for a plugin target, its avo and start-up files to
+    ``runtime_hashes``), exactly as the run recorded them at start.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(description="Unique per evaluation, for logs and cancel")
+    label: str
+    run_id: str | None = None
+    target: TargetSpec
+    baselines: bool = False
+    tree: str | None = Field(None, description="The candidate's git tree id")
+    archive: bytes | None = Field(None, description="tar of the candidate snapshot (None for baselines)")
+    archive_sha256: str | None = None
+    quick: bool = False
+    screening: bool = False
+    configs: list[str] | None = Field(None, description="The configs a result must report (None: any)")
+    evaluator_hashes: dict[str, str] = Field(default_factory=dict)
+    runtime_hashes: dict[str, str] = Field(default_factory=dict)
+    sandbox: Literal["bwrap", "none"] = "none"
+    secret: str | None = None
+    timeout: float = Field(gt=0, description="The in-task timeout of the evaluator child")
+    # For the local executor only: the run's private folder and where the log goes.
+    workspace: Path | None = None
+    log_path: Path | None = None
+
+
+class JobResult(BaseModel):
+    """What an executor returns for a job: the result and where it was produced."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    result: EvalResult | None = Field(None, description="The candidate's result (None for baselines)")
+    baselines: dict[str, EvalResult] | None = None
+    wall_s: float = 0.0
+    executor: str = "local"
+    node: str | None = None
+    accelerator: str | None = None
+    log: str = Field("", description="The evaluator's output (tail) when it was not written to job.log_path")

@@ -22,6 +22,7 @@ from avo.models import (
     EvalResult,
     NoiseSpec,
     ResourceLimits,
+    TargetResources,
     TargetSpec,
     parse_duration,
 )
@@ -108,6 +109,7 @@ class TargetFile(BaseModel):
     agent: _Agent = Field(default_factory=_Agent)
     supervisor: _Supervisor = Field(default_factory=_Supervisor)
     requirements: list[str] = Field(default_factory=list)
+    resources: TargetResources = Field(default_factory=TargetResources)
 
 
 def _format_errors(path: Path, exc: ValidationError) -> str:
@@ -167,6 +169,7 @@ def spec_from_folder(folder: Path) -> TargetSpec:
         noise=tf.score.noise,
         stall_limit=tf.supervisor.stall_limit,
         requirements=tf.requirements,
+        resources=tf.resources,
         directory=folder,
         evaluate_command=tf.evaluate.command,
         baselines_command=tf.baselines.command if tf.baselines else None,
