@@ -129,8 +129,8 @@ def _lineage(run: Run) -> str:
         prev = v
     return (f'<section id="lineage"><h2>Lineage</h2><table><tr><th class="l">version</th><th>step</th>'
             f'<th>scalar</th><th>Δ prev</th><th>Δ x_0</th>{head}<th class="l">message</th>'
-            '<th class="l">measured on</th></tr>' + "".join(rows) + '</table><p class="muted">★ the best version; highlighted rows are new bests.</p>'
-            "</section>")
+            '<th class="l">measured on</th></tr>' + "".join(rows)
+            + '</table><p class="muted">★ the best version; highlighted rows are new bests.</p></section>')
 
 
 def _versions(run: Run) -> str:
