@@ -25,7 +25,7 @@ from typing import Any
 
 from avo import __version__
 from avo.contract import failed, gain
-from avo.errors import AvoError, BlockedError
+from avo.errors import AvoError, BlockedError, IntegrityError
 from avo.evaluation import Evaluation
 from avo.integrity import compare, hash_tree
 from avo.lineage import META_DIR, CandidateError, Lineage, diff_fingerprint
@@ -228,6 +228,8 @@ def _finish(res: JobResult, log_path: Path) -> Evaluation:
 
     if res.log or not log_path.exists():
         log_path.write_text(res.log or f"[avo] no log came back from {where(res)}\n")
+    if res.refused:  # the evaluator there is not the run's: nothing was measured, nothing is counted
+        raise IntegrityError(res.refused)
     result = res.result or failed(f"{where(res)} returned no result")
     scalar, why = scalar_of(result)
     if scalar is None and result.correct:

@@ -83,7 +83,7 @@ def _prepare_runtime(job: EvalJob, private: Path, label: str) -> Any:
     root, exclude, module = evaluator_copy.evaluator_source(spec)
     here = hash_tree(root, exclude)
     installed = {k: here[k] for k in job.evaluator_hashes if k in here}
-    compare(f"evaluator installed on {socket.gethostname()}", job.evaluator_hashes, installed, root)
+    compare("evaluator", job.evaluator_hashes, installed, root)
     package = evaluator_copy.copy_folder(root, module)
     copy = evaluator_copy.prepare(private, root, job.evaluator_hashes, module=package)
     evaluator_copy.check(copy, package, job.evaluator_hashes, job.runtime_hashes)
@@ -109,7 +109,7 @@ def run_job(job: EvalJob, private: Path, log_path: Path, *, pid_file: Path | Non
         rt = _prepare_runtime(job, private, label)
     except (AvoError, OSError) as exc:
         log_path.write_text(f"[avo] the job was refused on {where['node']}: {exc}\n")
-        return JobResult(result=failed(f"refused on {where['node']}: {exc}"), **where)
+        return JobResult(refused=f"refused on {where['node']}: {exc}", **where)
     try:
         if job.baselines:
             measured = measure_baselines(job.target, log_path, rt, quick=job.quick)

@@ -303,3 +303,5 @@ class JobResult(BaseModel):
     node: str | None = None
     accelerator: str | None = None
     log: str = Field("", description="The evaluator's output (tail) when it was not written to job.log_path")
+    refused: str | None = Field(None, description="Why the job was not run at all: the evaluator there differs "
+                                "from the run's record (not a failure of the candidate)")
