@@ -32,6 +32,8 @@ def tests(session: nox.Session) -> None:
     # The agent_sdk backend's tests exercise the real SDK's option and message types; users
     # get it with `pip install ./plugins/avo-backend-agent-sdk[sdk]` (it bundles a CLI).
     session.install("pytest", "claude-agent-sdk")
+    # The Ray executor is opt-in for users (it pulls Ray); its tests start a real Ray cluster.
+    session.install("-e", "./plugins/avo-executor-ray")
     session.run("pytest", "tests", "-q", *session.posargs)
     for dist in distributions():
         if (dist / "tests").is_dir():
