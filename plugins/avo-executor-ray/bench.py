@@ -52,6 +52,7 @@ def _timed(name: str, job: EvalJob, options: dict[str, str], n: int) -> tuple[li
 
 def main(report: Path) -> None:
     os.environ.pop("RAY_ADDRESS", None)
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private instance: no token file in ~/.ray
     options = {"num_cpus": "2"}
     with tempfile.TemporaryDirectory(prefix="avo-ray-bench-") as tmp:
         work = Path(tmp)

@@ -155,7 +155,8 @@ def cluster() -> Iterator[Cluster]:
     other = write_probe(tmp / "probe-other", "other")
     port = _free_port()
     address = f"127.0.0.1:{port}"
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_DISABLE_IMPORT_WARNING": "1"}
+    # No token auth: a test cluster on 127.0.0.1 only, and no token file left in ~/.ray.
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_DISABLE_IMPORT_WARNING": "1", "RAY_AUTH_MODE": "disabled"}
     env.pop("RAY_ADDRESS", None)
     common = ["--disable-usage-stats", "--object-store-memory", str(80 * 1024 * 1024)]
     try:
@@ -179,6 +180,7 @@ def cluster() -> Iterator[Cluster]:
 def ray_env(cluster: Cluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Cluster:
     """The driver connected to the test cluster through $RAY_ADDRESS, with a private runs dir."""
     monkeypatch.setenv("RAY_ADDRESS", cluster.address)
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     monkeypatch.setenv("AVO_RUNS_DIR", str(tmp_path / "runs"))
     reset_plugin_manager()
     return cluster

@@ -214,9 +214,11 @@ def test_confirm_runs_of_a_noisy_target_run_two_at_a_time(ray_env: Cluster, toy:
     seen: list[int] = []
     stop = threading.Event()
 
-    def watch() -> None:
+    def watch() -> None:  # evaluations in flight: distinct candidate folders being evaluated
         while not stop.is_set():
-            seen.append(len(_ray_eval_workers()))
+            folders = {c.split("--workdir", 1)[1].split()[0] for c in _cmdlines().values()
+                       if "eval.py --workdir" in c and "avo-ray-" in c}
+            seen.append(len(folders))
             time.sleep(0.05)
 
     watcher = threading.Thread(target=watch)
