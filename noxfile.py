@@ -55,6 +55,7 @@ def lint(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Benchmarks of the core and of each distribution, written to bench-report.md."""
     install_all(session)
+    session.install("-e", "./plugins/avo-executor-ray")  # its bench.py measures Ray dispatch
     report = ROOT / "bench-report.md"
     report.write_text("# avo benchmark report\n\n")
     session.run("python", "bench/core_bench.py", str(report))

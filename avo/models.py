@@ -265,7 +265,8 @@ class EvalJob(BaseModel):
     The candidate travels as an uncompressed tar of the exported snapshot, addressed by its
     sha256; the worker refuses to run unless its installed evaluator hashes to
     ``evaluator_hashes`` (and, for a plugin target, its avo and start-up files to
-    ``runtime_hashes``), exactly as the run recorded them at start.
+    ``runtime_hashes``), exactly as the run recorded them at start. ``archive`` is raw bytes:
+    send it apart from the job's JSON (the Ray executor puts it in the object store).
     """
 
     model_config = ConfigDict(extra="forbid")
