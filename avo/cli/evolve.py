@@ -157,9 +157,9 @@ def register(app: typer.Typer) -> None:
                                 progress=lambda m: err.print(m), sandbox=sandbox, executor=executor,
                                 executor_options=key_values(executor_option, "--executor-option"))
                 err.print(f"started {run.state.id} at {run.paths.root}")
-            elif quick or stall_limit or executor_option:
-                err.print("note: --quick, --stall-limit and --executor-option are fixed when a run starts; "
-                          "ignored on --resume")
+            elif quick or stall_limit or executor_option or (executor and executor != run.state.options.executor):
+                err.print("note: --quick, --stall-limit, --executor and --executor-option are fixed when a run "
+                          f"starts; ignored on --resume (this run evaluates on {run.state.options.executor})")
             reporter = _reporter(json_log, plain)
             try:
                 summary = run_evolve(run, config, reporter)

@@ -254,3 +254,46 @@ def test_capacity_counts_what_each_node_holds() -> None:
 def test_an_unknown_option_is_a_clear_error(ray_env: Cluster, toy: Path, tmp_path: Path) -> None:
     with pytest.raises(AvoError, match=r"unknown ray executor option\(s\) adress"):
         start_run(str(toy), tmp_path / "runs", executor="ray", executor_options={"adress": "x"})
+
+
+def test_a_node_lost_mid_evaluation_is_a_failed_evaluation(ray_env: Cluster, toy: Path, tmp_path: Path) -> None:
+    from conftest import _processes, _ray
+
+    # A third node for this test alone, the only one with accelerator type "doomed".
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    _ray(["start", "--address", ray_env.address, "--node-ip-address", "127.0.0.1", "--num-cpus", "1",
+          "--resources", json.dumps({"accelerator_type:doomed": 1}), "--disable-usage-stats",
+          "--object-store-memory", str(80 * 1024 * 1024)], env)
+    spec = toy / "target.yaml"
+    spec.write_text(spec.read_text() + "\nresources:\n  accelerator: doomed\n")
+    run = _wait_for(lambda: _try_start(toy, tmp_path), "the new node in the cluster", limit=90)
+    (run.paths.work / "solution.py").write_text(SLEEPY.format(s=300, x=6.5))
+
+    def lose_the_node() -> None:
+        _wait_for(_evaluators, "the evaluator start")
+        procs = _processes()
+        doomed = {pid for pid, (_, cmd) in procs.items() if "raylet" in cmd and "accelerator_type:doomed" in cmd}
+        grown = True
+        while grown:
+            more = {pid for pid, (ppid, _) in procs.items() if ppid in doomed} - doomed
+            doomed |= more
+            grown = bool(more)
+        for pid in doomed:
+            os.kill(pid, signal.SIGKILL)
+
+    killer = threading.Thread(target=lose_the_node)
+    killer.start()
+    out = submit(run, "evaluated on a node that goes away")
+    killer.join()
+    assert out.outcome == "failed"
+    error = out.evaluation.result.error or ""
+    assert any(word in error for word in ("node", "worker")) and ("lost" in error or "died" in error), error
+
+
+def _try_start(toy: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
+    try:
+        return start_run(str(toy), tmp_path / "runs", executor="ray", sandbox="none")
+    except AvoError as exc:
+        if "no alive node" in str(exc):
+            return None
+        raise
