@@ -5,14 +5,16 @@ the target installed on this node and checked against the run's recorded hashes 
 difference refuses the job, naming the files), and :func:`avo.executors.run_job` runs the
 same child runner, sandbox, limits and timeout as on the driver's machine.
 
-Each running job leaves two small files in a per-node folder: who runs it (the Ray worker)
-and its evaluator child's process group. If the worker dies (killed, force-cancelled),
-the next task on the node, or the driver's cleanup task, kills the orphaned evaluator.
+Each running job leaves two small files in a per-node folder: who runs it (the Ray worker,
+and the job's private folder) and its evaluator child's process group. If the worker dies
+(killed, force-cancelled), the next task on the node, or the driver's cleanup task, kills
+the orphaned evaluator and removes the folder.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import tempfile
 from pathlib import Path
@@ -35,10 +37,21 @@ def _alive(pid: int, started: str) -> bool:
 
 def _read(path: Path) -> tuple[int, str] | None:
     try:
-        pid, _, started = path.read_text().strip().partition(" ")
+        pid, _, started = path.read_text().strip().splitlines()[0].partition(" ")
         return int(pid), started
-    except (OSError, ValueError):
+    except (OSError, ValueError, IndexError):
         return None
+
+
+def _forget(owner: Path) -> None:
+    """Remove a dead job's owner file and the private folder it names (second line)."""
+    try:
+        lines = owner.read_text().splitlines()
+    except OSError:
+        lines = []
+    if len(lines) > 1 and Path(lines[1]).name.startswith("avo-ray-"):
+        shutil.rmtree(lines[1], ignore_errors=True)
+    owner.unlink(missing_ok=True)
 
 
 def _kill_evaluator(job_id: str) -> None:
@@ -62,7 +75,7 @@ def reap_orphans() -> list[str]:
         if entry is not None and _alive(*entry):
             continue
         _kill_evaluator(owner.stem)
-        owner.unlink(missing_ok=True)
+        _forget(owner)
         done.append(owner.stem)
     return done
 
@@ -77,7 +90,7 @@ def reap(job_id: str) -> list[str]:
         except (ProcessLookupError, PermissionError):
             pass
     _kill_evaluator(job_id)
-    owner.unlink(missing_ok=True)
+    _forget(owner)
     return reap_orphans()
 
 
@@ -112,9 +125,10 @@ def evaluate(payload: str, archive: bytes | None) -> str:
     folder = jobs_dir()
     folder.mkdir(mode=0o700, exist_ok=True)
     owner, pid_file = folder / f"{job.id}.owner", folder / f"{job.id}.pid"
-    owner.write_text(f"{os.getpid()} {process_start_time(os.getpid()) or ''}")
     try:
         with tempfile.TemporaryDirectory(prefix="avo-ray-") as tmp:
+            # Who runs the job, and its folder: the cleanup's only clue if this worker dies.
+            owner.write_text(f"{os.getpid()} {process_start_time(os.getpid()) or ''}\n{tmp}\n")
             log = Path(tmp) / "job.log"
             res = run_job(job, Path(tmp), log, pid_file=pid_file, executor=NAME, node=node, accelerator=accelerator)
             return res.model_copy(update={"log": read_tail(log)}).model_dump_json()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -158,6 +159,7 @@ def test_a_worker_killed_mid_evaluation_is_a_failed_evaluation_and_the_run_goes_
     assert "worker" in (out.evaluation.result.error or "") and "died" in (out.evaluation.result.error or "")
     # The orphaned evaluator child (no sandbox here to take it down) was reaped on the node.
     _wait_for(lambda: not _evaluators(), "the orphaned evaluator gone", limit=60)
+    assert not list(Path(tempfile.gettempdir()).glob("avo-ray-*/eval"))  # and its private folder
     (run.paths.work / "solution.py").write_text(GOOD.format(x=6.5))
     assert submit(run, "fast again").outcome == "accepted"
 
