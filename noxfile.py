@@ -38,6 +38,8 @@ def tests(session: nox.Session) -> None:
     # attention_c's torch SDPA baseline runs whenever torch is importable (a CPU wheel); after
     # the line above, so the torch pinned there (2.13.0, a CPU wheel) satisfies it.
     session.install("-e", "./avo-target-attention-c[torch]")
+    # The Ray executor is opt-in for users (it pulls Ray); its tests start a real Ray cluster.
+    session.install("-e", "./plugins/avo-executor-ray")
     session.run("pytest", "tests", "-q", *session.posargs)
     for dist in distributions():
         if (dist / "tests").is_dir():
@@ -59,6 +61,7 @@ def lint(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Benchmarks of the core and of each distribution, written to bench-report.md."""
     install_all(session)
+    session.install("-e", "./plugins/avo-executor-ray")  # its bench.py measures Ray dispatch
     report = ROOT / "bench-report.md"
     report.write_text("# avo benchmark report\n\n")
     session.run("python", "bench/core_bench.py", str(report))

@@ -127,6 +127,7 @@ def _step_lines(e: StepEvent) -> Text:
     text.append(f" {parent:<6} {fmt_number(e.scalar):>10} {fmt_gain(e.gain):>8} {fmt_duration(e.wall_s):>7}  "
                 f"{fmt_usage(e.input_tokens, e.output_tokens, e.cost_usd)}")
     note = e.message + (f" — {e.reason}" if e.reason and e.outcome not in ("accepted",) else "")
+    note += f" [measured on {e.where}]" if e.where else ""
     text.append("\n      " + note, style="dim" if e.outcome == "no_change" else "")
     return text
 
@@ -262,7 +263,8 @@ class PlainReporter:
             scalar = f" scalar {fmt_number(e.scalar)} ({fmt_gain(e.gain)})" if e.scalar is not None else ""
             kind = " (new best)" if e.new_best else (" (match, not a new best)" if e.outcome == "accepted" else "")
             self._say(f"step {e.attempt}: {e.outcome}{kind}{scalar} — {e.message} "
-                      f"[{fmt_duration(e.wall_s)}, {fmt_usage(e.input_tokens, e.output_tokens, e.cost_usd)}] "
+                      f"[{fmt_duration(e.wall_s)}, {fmt_usage(e.input_tokens, e.output_tokens, e.cost_usd)}"
+                      f"{', on ' + e.where if e.where else ''}] "
                       f"best v{p.best_version} = {fmt_number(p.best_scalar)} ({fmt_gain(p.gain_over_seed())} over x_0)"
                       f"; spend ${p.spend:.4f}")
         elif event == "supervisor_begin":
@@ -298,7 +300,7 @@ class JsonReporter:
                 obj.update({"attempt": e.attempt, "outcome": e.outcome, "status": e.status, "scalar": e.scalar,
                             "gain": _finite(e.gain), "message": e.message, "reason": e.reason,
                             "wall_s": round(e.wall_s, 3), "step_cost_usd": e.cost_usd, "version": e.version,
-                            "new_best": e.new_best})
+                            "new_best": e.new_best, "where": e.where})
             else:
                 obj[key] = value
         self.stream.write(json.dumps(obj, default=str) + "\n")

@@ -25,11 +25,11 @@ from typing import Any
 
 from avo import __version__
 from avo.contract import failed, gain
-from avo.errors import AvoError, BlockedError
-from avo.evaluation import MALFORMED_BASELINES, MALFORMED_PREFIX, Evaluation, Runtime, evaluate_dir, measure_baselines
+from avo.errors import AvoError, BlockedError, IntegrityError
+from avo.evaluation import MALFORMED_BASELINES, MALFORMED_PREFIX, Evaluation
 from avo.integrity import compare, hash_tree
 from avo.lineage import META_DIR, CandidateError, Lineage, diff_fingerprint, foreign_git_dir
-from avo.models import TargetSpec
+from avo.models import EvalJob, JobResult, TargetSpec
 from avo.partials import builds_partials
 from avo.policy import confirm, first_look, single_decision
 from avo.prompts import fmt_number
@@ -151,43 +151,35 @@ def check_integrity(run: Run) -> None:
     compare("knowledge base", run.state.hashes.get("kb", {}), hash_tree(run.paths.kb), run.paths.kb)
 
 
-def _runtime(run: Run, label: str) -> Runtime:
-    """The verified private evaluator copy this evaluation runs (made from the checked source)."""
+def _job_fields(run: Run) -> dict[str, Any]:
+    """What every job of this run carries: the recorded hashes, the sandbox, the secret."""
     from avo import evaluator_copy
 
     spec = run.state.target
-    root, recorded, _ = evaluator_hashes(spec, run.state.hashes.get("evaluator", {}), run.paths.root.parent)
-    module = _plugin_module(spec)
-    package = evaluator_copy.copy_folder(root, module)
+    _, recorded, _ = evaluator_hashes(spec, run.state.hashes.get("evaluator", {}), run.paths.root.parent)
     runtime = run.state.hashes.get(evaluator_copy.RUNTIME_KEY)
     if runtime is None:  # a run recorded before the copy existed: what runs now is its baseline
-        runtime = run.state.hashes[evaluator_copy.RUNTIME_KEY] = evaluator_copy.runtime_hashes(module is not None)
+        runtime = run.state.hashes[evaluator_copy.RUNTIME_KEY] = evaluator_copy.runtime_hashes(
+            _plugin_module(spec) is not None)
         run.save()
-    copy = evaluator_copy.prepare(run.paths.private, root, recorded, module=package)
-    evaluator_copy.check(copy, package, recorded, runtime)
     level = run.state.sandbox if run.state.sandbox in ("bwrap", "none") else "none"
-    return Runtime(copy, package, module, spec.provider if module else None, level,  # type: ignore[arg-type]
-                   run.paths.private / "eval" / f"{label}-scratch", run.state.eval_secret,
-                   _distribution_of(spec.provider) if module else None)
+    return {"run_id": run.state.id, "evaluator_hashes": recorded, "runtime_hashes": runtime, "sandbox": level,
+            "secret": run.state.eval_secret, "workspace": run.paths.private}
 
 
-def _distribution_of(provider: str | None) -> str:
-    from avo.plugins import plugin_distribution
+def _executor(run: Run, override: str | None = None, options: dict[str, str] | None = None
+              ) -> tuple[str, dict[str, str]]:
+    """The executor of this evaluation: the run's, unless this call names another."""
+    name = override or run.state.options.executor
+    if options is None:
+        options = run.state.options.executor_options if name == run.state.options.executor else {}
+    return name, options
 
-    return plugin_distribution(provider or "")
 
+def _capacity(run: Run, name: str, options: dict[str, str]) -> int:
+    from avo import executors
 
-def _recheck_runtime(run: Run, rt: Runtime) -> str | None:
-    """Why the copy or the start-up files changed during an evaluation, if they did."""
-    from avo import evaluator_copy
-
-    _, recorded, _ = evaluator_hashes(run.state.target, run.state.hashes.get("evaluator", {}),
-                                      run.paths.root.parent)
-    try:
-        evaluator_copy.check(rt.copy_root, rt.package, recorded, run.state.hashes.get(evaluator_copy.RUNTIME_KEY, {}))
-    except AvoError as exc:
-        return f"the evaluator changed while it ran, so its result is void: {exc}"
-    return None
+    return 1 if name == executors.DEFAULT else executors.check(name, run.state.target, options).capacity
 
 
 def _new_run_id(spec: TargetSpec, root: Path) -> str:
@@ -215,34 +207,91 @@ def _log_path(paths: RunPaths, label: str) -> Path:
     return paths.logs / f"{time.strftime('%Y%m%d-%H%M%S')}-{label}.log"
 
 
-def _evaluate_tree(run: Run, tree: str, label: str, *, screening: bool = False) -> Evaluation:
-    """Export ``tree`` to a private snapshot and evaluate exactly that.
+def _tree_job(run: Run, tree: str, label: str, *, screening: bool = False) -> EvalJob | Evaluation:
+    """The job that evaluates exactly ``tree`` (exported, packed), or the failed evaluation."""
+    from avo.executors import make_job
 
-    ``screening``: the target's quick mode inside a full run (its configs differ).
-    """
     snap = run.paths.private / "eval" / label
     shutil.rmtree(snap, ignore_errors=True)
     log_path = _log_path(run.paths, label)
     try:
         run.lineage.export(tree, snap)
+        configs = sorted(run.state.configs) if run.state.configs and not screening else None
+        return make_job(run.state.target, label, snapshot=snap, tree=tree, quick=run.state.options.quick or screening,
+                        screening=screening, configs=configs, log_path=log_path, **_job_fields(run))
     except CandidateError as exc:  # not self-contained: a failed candidate, named
-        shutil.rmtree(snap, ignore_errors=True)
         log_path.write_text(f"[avo] the candidate was not evaluated: {exc}\n")
         return Evaluation(failed(str(exc)), None, 0.0, log_path)
-    rt = _runtime(run, label)
-    try:
-        configs = set(run.state.configs) if run.state.configs and not screening else None
-        evaluation = evaluate_dir(
-            run.state.target, snap, log_path, rt,
-            quick=run.state.options.quick or screening, configs=configs, pid_file=run.paths.private / "child.pid",
-        )
     finally:
         shutil.rmtree(snap, ignore_errors=True)
-        shutil.rmtree(rt.scratch, ignore_errors=True)
-    changed = _recheck_runtime(run, rt)
-    if changed:
-        return Evaluation(failed(changed), None, evaluation.wall_s, log_path)
-    return evaluation
+
+
+def _finish(res: JobResult, log_path: Path) -> Evaluation:
+    """The evaluation a job's result stands for; a log that came back is kept in logs/."""
+    from avo.contract import scalar_of
+    from avo.executors import where
+
+    if res.log or not log_path.exists():
+        log_path.write_text(res.log or f"[avo] no log came back from {where(res)}\n")
+    if res.refused:  # the evaluator there is not the run's: nothing was measured, nothing is counted
+        raise IntegrityError(res.refused)
+    result = res.result or failed(f"{where(res)} returned no result")
+    scalar, why = scalar_of(result)
+    if scalar is None and result.correct:
+        result = failed(why or "no scalar", result.notes)
+    return Evaluation(result, scalar, res.wall_s, log_path, where(res))
+
+
+def _run_jobs(run: Run, jobs: list[EvalJob | Evaluation], *, executor: str | None = None,
+              options: dict[str, str] | None = None) -> list[Evaluation]:
+    """Run the jobs on the run's executor, as many at once as it has room for."""
+    from avo import executors
+
+    name, opts = _executor(run, executor, options)
+    todo = [j for j in jobs if isinstance(j, EvalJob)]
+    capacity = _capacity(run, name, opts) if len(todo) > 1 else 1
+    done = iter(executors.execute_many(name, todo, opts, capacity))
+    out = []
+    for job in jobs:
+        if isinstance(job, EvalJob):
+            assert job.log_path is not None
+            out.append(_finish(next(done), job.log_path))
+        else:
+            out.append(job)
+    return out
+
+
+def _evaluate_tree(run: Run, tree: str, label: str, *, screening: bool = False, executor: str | None = None,
+                   options: dict[str, str] | None = None) -> Evaluation:
+    """Export ``tree`` to a private snapshot and evaluate exactly that, on the run's executor.
+
+    ``screening``: the target's quick mode inside a full run (its configs differ).
+    """
+    return _run_jobs(run, [_tree_job(run, tree, label, screening=screening)], executor=executor,
+                     options=options)[0]
+
+
+def _baselines_job(run: Run, quick: bool) -> EvalJob:
+    from avo.executors import make_job
+
+    return make_job(run.state.target, "baselines", snapshot=None, baselines=True, quick=quick,
+                    log_path=_log_path(run.paths, "baselines"), **_job_fields(run))
+
+
+def _baseline_evaluations(res: JobResult, log_path: Path) -> dict[str, Evaluation]:
+    from avo.contract import scalar_of
+    from avo.executors import where
+
+    if res.baselines is None:
+        return {"(baselines)": _finish(res, log_path)}
+    _finish(res, log_path)  # keeps the log
+    out: dict[str, Evaluation] = {}
+    for name, result in res.baselines.items():
+        scalar, why = scalar_of(result)
+        if scalar is None and result.correct:
+            result = failed(why or "no scalar")
+        out[name] = Evaluation(result, scalar, res.wall_s, log_path, where(res))
+    return out
 
 
 def _tags(state: RunState) -> dict[str, str]:
@@ -477,8 +526,14 @@ def start_run(
     from_ref: str | None = None,
     progress: Any = None,
     sandbox: str | None = None,
+    executor: str | None = None,
+    executor_options: dict[str, str] | None = None,
 ) -> Run:
-    """Create a run: seed, KB, evaluate x_0 (the gate must pass), baselines, commit ``v0``."""
+    """Create a run: seed, KB, evaluate x_0 (the gate must pass), baselines, commit ``v0``.
+
+    ``executor`` (default ``$AVO_EXECUTOR``, else ``local``) runs every evaluation of the run.
+    """
+    from avo import executors
     from avo.plugins import call_target_hook, find_target
 
     say = progress or (lambda msg: None)
@@ -526,6 +581,15 @@ def start_run(
             "'avo-sandbox: none' (see `avo doctor`).")
     else:
         say(f"sandbox: {level_why}")
+    executor = executor or os.environ.get(executors.ENV, "").strip() or executors.DEFAULT
+    executor_options = dict(executor_options or {})
+    executors.find_executor(executor)
+    if executor != executors.DEFAULT:
+        ready = executors.check(executor, spec, executor_options)
+        for line in ready.lines:
+            say(line)
+        if not ready.ok:
+            raise AvoError(f"executor {executor!r} cannot run {spec.name}: " + "; ".join(ready.problems))
     run_id = _new_run_id(spec, runs_root)
     partial = runs_root / f".{run_id}.partial"
     paths = RunPaths(partial.resolve())
@@ -545,6 +609,7 @@ def start_run(
     options = RunOptions(
         max_steps=max_steps, quick=quick, failure_limit=failure_limit,
         stall_limit=stall_limit or spec.stall_limit, noise=spec.noise, sandbox=sandbox,
+        executor=executor, executor_options=executor_options,
     )
     state = RunState(
         id=run_id, created=time.time(), avo_version=__version__, target=spec, options=options,
@@ -556,7 +621,17 @@ def start_run(
     lineage.init()
     tree = lineage.snapshot_tree()
     say(f"evaluating the seed x_0 of {spec.name}{' (quick)' if quick else ''} ...")
-    evaluation = _evaluate_tree(run, tree, "seed")
+    seed_job = _tree_job(run, tree, "seed")
+    base_job = _baselines_job(run, quick) if spec.has_baselines or spec.baselines_command else None
+    name, opts = _executor(run)
+    # With room on the executor, the baselines are measured while the seed is.
+    both = base_job is not None and isinstance(seed_job, EvalJob) and _capacity(run, name, opts) > 1
+    if both:
+        say("measuring the baselines at the same time ...")
+        seed_res, base_res = executors.execute_many(name, [seed_job, base_job], opts, 2)  # type: ignore[list-item]
+        evaluation = _finish(seed_res, seed_job.log_path)  # type: ignore[union-attr,arg-type]
+    else:
+        evaluation = _run_jobs(run, [seed_job])[0]
     if evaluation.scalar is None:
         raise AvoError(
             f"the seed of {spec.name} fails the gate, so there is nothing to evolve from:\n"
@@ -567,22 +642,19 @@ def start_run(
     state.configs = sorted(evaluation.result.metrics) if evaluation.result.primary is None else []
     state.evaluations = 1
     warnings: list[str] = []
-    if spec.has_baselines or spec.baselines_command:
-        log_path = _log_path(paths, "baselines")
-        say(f"measuring baselines (log: {log_path.relative_to(paths.root)}) ...")
-        rt = _runtime(run, "baselines")
-        try:
-            measured = measure_baselines(spec, log_path, rt, quick=quick)
-        finally:
-            shutil.rmtree(rt.scratch, ignore_errors=True)
-        for name, ev in measured.items():
-            if name == MALFORMED_BASELINES or (ev.result.error or "").startswith(MALFORMED_PREFIX):
+    if base_job is not None:
+        assert base_job.log_path is not None
+        if not both:
+            say(f"measuring baselines (log: {base_job.log_path.relative_to(paths.root)}) ...")
+            base_res = executors.execute(name, base_job, opts)
+        for bname, ev in _baseline_evaluations(base_res, base_job.log_path).items():
+            if bname == MALFORMED_BASELINES or (ev.result.error or "").startswith(MALFORMED_PREFIX):
                 warnings.append(ev.result.error or "baselines failed")  # not a baseline: kept out of every view
                 say(f"WARNING: {ev.result.error}")
                 continue
-            state.baselines.append(Baseline(name=name, correct=ev.scalar is not None, scalar=ev.scalar,
+            state.baselines.append(Baseline(name=bname, correct=ev.scalar is not None, scalar=ev.scalar,
                                             metrics=ev.result.metrics, error=ev.result.error))
-            say(f"  baseline {name}: " + (fmt_number(ev.scalar) if ev.scalar is not None
+            say(f"  baseline {bname}: " + (fmt_number(ev.scalar) if ev.scalar is not None
                                           else f"failed: {ev.result.error}"))
     v0 = Version(n=0, sha="", tree="", scalar=evaluation.scalar, metrics=evaluation.result.metrics,
                  message="seed x_0" if origin is None else f"seed from {origin}", step=0,
@@ -602,7 +674,7 @@ def start_run(
                               "options": options.model_dump(), "terms": started_on})
     append_trajectory(paths, {"kind": "eval", "id": "seed", "step": 0, "tree": tree, "scalar": v0.scalar,
                               "metrics": v0.metrics, "correct": True, "wall_s": round(evaluation.wall_s, 3),
-                              "sandbox": state.sandbox,
+                              "sandbox": state.sandbox, "where": evaluation.where,
                               "notes": evaluation.result.notes, "log": str(evaluation.log_path.name)})
     for b in state.baselines:
         append_trajectory(paths, {"kind": "baseline", "name": b.name, "scalar": b.scalar, "metrics": b.metrics,
@@ -636,8 +708,11 @@ def _nondeterminism(run: Run, tree: str, evaluation: Evaluation, screening: bool
     return None
 
 
-def evaluate_work(run: Run, *, quick: bool = False) -> EvalReport:
+def evaluate_work(run: Run, *, quick: bool = False, executor: str | None = None,
+                  executor_options: dict[str, str] | None = None) -> EvalReport:
     """Evaluate the current work tree; the lineage does not change.
+
+    ``executor``: run this evaluation elsewhere than the run's executor (its options then).
 
     ``quick`` in a full run is a screening: the target's cheap mode, recorded but not
     compared with the lineage (its configs and scale differ).
@@ -650,7 +725,8 @@ def evaluate_work(run: Run, *, quick: bool = False) -> EvalReport:
         tree = run.lineage.snapshot_tree()
         n = run.state.evaluations + 1
         screening = quick and not run.state.options.quick
-        evaluation = _evaluate_tree(run, tree, f"eval{n}", screening=screening)
+        evaluation = _evaluate_tree(run, tree, f"eval{n}", screening=screening, executor=executor,
+                                    options=executor_options)
         best = run.state.best_version
         g = None
         if evaluation.scalar is not None and not screening:
@@ -663,7 +739,7 @@ def evaluate_work(run: Run, *, quick: bool = False) -> EvalReport:
             "correct": evaluation.scalar is not None, "scalar": evaluation.scalar,
             "metrics": evaluation.result.metrics, "error": evaluation.result.error,
             "gain_vs_best": g, "wall_s": round(evaluation.wall_s, 3), "log": evaluation.log_path.name,
-            "warning": warning, "screening": screening, "sandbox": run.state.sandbox,
+            "warning": warning, "screening": screening, "sandbox": run.state.sandbox, "where": evaluation.where,
         })
         return EvalReport(evaluation, tree, best, g, warning, screening)
 
@@ -690,17 +766,34 @@ def _check_can_step(state: RunState) -> None:
 
 
 def _confirm_runs(run: Run, tree: str, first: float) -> tuple[list[float], list[float], list[str]]:
-    """Re-measure candidate and best alternately; failures of either abort the confirmation."""
+    """Re-measure candidate and best alternately; failures of either abort the confirmation.
+
+    With room on the executor the pairs run at the same time, each best next to its
+    candidate on the same resource shape, so drift still hits both alike.
+    """
     k = run.state.options.noise.confirm_runs
-    cand, best, errors = [first], [], []
+    jobs: list[EvalJob | Evaluation] = []
     for i in range(k):
-        b = _evaluate_tree(run, run.state.best_version.sha, f"confirm{i}-best")
-        c = _evaluate_tree(run, tree, f"confirm{i}-cand")
+        jobs.append(_tree_job(run, run.state.best_version.sha, f"confirm{i}-best"))
+        jobs.append(_tree_job(run, tree, f"confirm{i}-cand"))
+    name, opts = _executor(run)
+    if _capacity(run, name, opts) > 1:
+        done = _run_jobs(run, jobs)
+    else:  # one at a time, stopping at the first failure as before
+        done = []
+        for job in jobs:
+            done.extend(_run_jobs(run, [job]))
+            if done[-1].scalar is None:
+                break
+    cand, best, errors = [first], [], []
+    for b, c in zip(done[0::2], done[1::2], strict=False):
         if b.scalar is None or c.scalar is None:
             errors.append((b.result.error if b.scalar is None else c.result.error) or "failed")
             break
         best.append(b.scalar)
         cand.append(c.scalar)
+    if not errors and len(done) % 2 and done[-1].scalar is None:
+        errors.append(done[-1].result.error or "failed")
     return cand, best, errors
 
 
@@ -807,6 +900,7 @@ def submit(
             "best_before": best.n, "reason": reason, "wall_s": round(evaluation.wall_s, 3),
             "log": evaluation.log_path.name, "fingerprint": fingerprint, "sandbox": state.sandbox,
             "new_best": new_best,
+            "where": evaluation.where,
         }
         if confirm_info:
             record["confirm"] = confirm_info

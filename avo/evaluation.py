@@ -35,6 +35,7 @@ class Evaluation:
     scalar: float | None
     wall_s: float
     log_path: Path
+    where: str | None = None  # the executor and node that produced it (avo.executors.where)
 
 
 @dataclass(frozen=True)

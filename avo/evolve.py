@@ -74,6 +74,7 @@ class StepEvent:
     version: int | None = None
     new_best: bool = False
     parent: int | None = None  # the best version the step started from
+    where: str | None = None  # the executor and node that measured it
 
 
 @dataclass
@@ -216,7 +217,7 @@ def _event_from_record(r: dict[str, Any]) -> StepEvent:
         scalar=r.get("scalar"), reason=str(r.get("reason") or r.get("error") or ""),
         wall_s=float(usage.get("wall_s") or 0.0), input_tokens=int(usage.get("input_tokens") or 0),
         output_tokens=int(usage.get("output_tokens") or 0), cost_usd=float(usage.get("cost_usd") or 0.0),
-        version=r.get("version"), parent=r.get("best_before"),
+        version=r.get("version"), parent=r.get("best_before"), where=r.get("where"),
         # Records before "new_best" was stored: an accepted step that "improves" (or was confirmed) was one.
         new_best=bool(r.get("new_best", r.get("outcome") == "accepted"
                             and str(r.get("reason", "")).startswith(("improves", "confirmed")))),
@@ -432,6 +433,7 @@ def _step(run: Run, config: EvolveConfig, info: BackendInfo, progress: Progress,
     event.outcome = out.outcome
     event.scalar = out.evaluation.scalar
     event.reason = out.reason
+    event.where = out.evaluation.where
     if out.evaluation.scalar is not None:
         event.gain = gain(out.evaluation.scalar, best_before, state.target.direction)
     if out.version is not None:

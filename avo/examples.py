@@ -9,7 +9,7 @@ for a deterministic target, within the declared noise band otherwise.
 
 from __future__ import annotations
 
-import dataclasses
+import os
 import shutil
 import subprocess
 import tempfile
@@ -18,8 +18,6 @@ from pathlib import Path
 
 from avo.contract import gain
 from avo.errors import AvoError
-from avo.evaluation import evaluate_dir
-from avo.evaluator_copy import fresh_runtime
 from avo.lineage import Lineage
 from avo.state import RunState, Version
 
@@ -68,10 +66,18 @@ class Verification:
     evaluator_changed: bool
 
 
-def verify_example(folder: Path, *, version: int | None = None) -> Verification:
-    """Re-evaluate the best (or ``version``) of a shipped example and compare with the record."""
-    from avo.engine import evaluator_hashes
+def verify_example(folder: Path, *, version: int | None = None, executor: str | None = None,
+                   executor_options: dict[str, str] | None = None) -> Verification:
+    """Re-evaluate the best (or ``version``) of a shipped example and compare with the record.
+
+    ``executor`` (default ``$AVO_EXECUTOR``, else ``local``) runs the evaluation, with the
+    evaluator installed now.
+    """
+    from avo import executors
+    from avo.engine import _finish, evaluator_hashes
+    from avo.evaluator_copy import evaluator_source, runtime_hashes
     from avo.plugins import find_target
+    from avo.sandbox import resolve_level
 
     run_json, bundle = folder / "run.json", folder / BUNDLE
     for needed in (run_json, bundle):
@@ -98,10 +104,13 @@ def verify_example(folder: Path, *, version: int | None = None) -> Verification:
         lineage.export(wanted.sha, snap)
         _, recorded, current = evaluator_hashes(spec, state.hashes.get("evaluator", {}))
         evaluator_changed = recorded != current
-        rt = fresh_runtime(spec, Path(tmp) / "private", "verify", sandbox=state.options.sandbox)
-        rt = dataclasses.replace(rt, secret=state.eval_secret)
-        ev = evaluate_dir(spec, snap, Path(tmp) / "verify.log", rt, quick=state.options.quick,
-                          configs=set(state.configs) or None)
+        name = executor or os.environ.get(executors.ENV, "").strip() or executors.DEFAULT
+        level, _ = resolve_level(state.options.sandbox or os.environ.get("AVO_SANDBOX", "").strip() or "auto")
+        job = executors.make_job(
+            spec, "verify", snapshot=snap, quick=state.options.quick, configs=sorted(state.configs) or None,
+            evaluator_hashes=current, runtime_hashes=runtime_hashes(evaluator_source(spec)[2] is not None),
+            sandbox=level, secret=state.eval_secret)
+        ev = _finish(executors.execute(name, job, executor_options or {}), Path(tmp) / "verify.log")
         log_tail = (Path(tmp) / "verify.log").read_text(errors="replace")[-2000:]
     if ev.scalar is None:
         return Verification(False, wanted, None, {}, f"the recorded version now fails: {ev.result.error}\n{log_tail}",

@@ -1,4 +1,4 @@
-"""The hooks through which avo talks to targets and backends.
+"""The hooks through which avo talks to targets, backends and executors.
 
 A plugin is a module registered under the ``avo`` entry-point group::
 
@@ -23,8 +23,12 @@ if TYPE_CHECKING:  # the models are only annotations here; `avo --help` should n
 
     from avo.models import (
         BackendInfo,
+        EvalJob,
         EvalOptions,
         EvalResult,
+        ExecutorCheck,
+        ExecutorInfo,
+        JobResult,
         StepRequest,
         StepResult,
         SupervisorAnswer,
@@ -146,4 +150,50 @@ def avo_supervise(backend: str, brief: SupervisorBrief) -> SupervisorAnswer | No
     :param backend: the name of one of your backends.
     :param brief: the review prompt and why the run stalled.
     :return: an :class:`avo.models.SupervisorAnswer`: the redirect text and usage.
+    """
+
+
+@hookspec
+def avo_executors() -> list[ExecutorInfo]:
+    """Announce the executors this plugin provides: where and how evaluations run.
+
+    The core's ``local`` executor runs each evaluation in a child process here. Keep it
+    cheap: no connection to a cluster, no heavy imports.
+    """
+
+
+@hookspec(firstresult=True)
+def avo_execute(executor: str, job: EvalJob, options: dict[str, str]) -> JobResult | None:
+    """Run one evaluation job to its end and return its result (blocking).
+
+    Run it exactly as the local executor does (:func:`avo.executors.run_job`: the same
+    evaluator copy, sandbox, limits and timeout), wherever that is. Never raise for a failed,
+    lost or timed-out evaluation: return a failed :class:`avo.models.EvalResult` whose error
+    says what happened. avo may call this from several threads at once, up to the capacity
+    :func:`avo_executor_check` reported.
+
+    :param executor: the executor name of the run; return ``None`` if not yours.
+    :param job: the candidate archive, the recorded evaluator hashes, the secret, the timeout.
+    :param options: the run's ``--executor-option KEY=VALUE`` pairs.
+    """
+
+
+@hookspec(firstresult=True)
+def avo_cancel(executor: str, job_id: str) -> bool | None:
+    """Stop the job ``job_id`` if it is still running (called from another thread).
+
+    Its :func:`avo_execute` call then returns a failed result.
+
+    :return: ``True`` if a running job was stopped, ``False`` if none was; ``None`` if not yours.
+    """
+
+
+@hookspec(firstresult=True)
+def avo_executor_check(executor: str, target: TargetSpec | None, options: dict[str, str]) -> ExecutorCheck | None:
+    """Say whether the executor can run ``target``'s evaluations here (``avo doctor``, run start).
+
+    Check what it needs (a package importable, a cluster reachable, the target's resources
+    present) and how many of its jobs can run at the same time.
+
+    :return: the check, or ``None`` if ``executor`` is not yours.
     """

@@ -152,6 +152,11 @@ class AvoTools:
             ge=1, description="Steps without a new best before the supervisor is due (default: the target's).")] = None,
         from_run: Annotated[str | None, Field(
             description="Seed a new run from another run's best, or a version of it: RUN or RUN:vN.")] = None,
+        executor: Annotated[str | None, Field(
+            description="Where evaluations run: local (default, or $AVO_EXECUTOR) or an installed executor "
+                        "such as ray.")] = None,
+        executor_options: Annotated[dict[str, str] | None, Field(
+            description="Executor options, e.g. {\"address\": \"ray://head:10001\"}.")] = None,
     ) -> str:
         from avo.engine import start_run
 
@@ -174,7 +179,8 @@ class AvoTools:
             assert match is not None  # the pattern matches every string
             source = str(self._run_dir(match.group(1))) + (match.group(2) or "")
         r = start_run(target, self.runs_root, max_steps=max_steps, quick=quick, stall_limit=stall_limit,
-                      from_ref=source, progress=lambda msg: log.info("%s", msg))
+                      from_ref=source, progress=lambda msg: log.info("%s", msg), executor=executor,
+                      executor_options=executor_options)
         v0 = r.state.versions[0]
         from avo.prompts import fmt_number
 
@@ -191,12 +197,16 @@ class AvoTools:
         run: RunArg = None,
         quick: Annotated[bool, Field(description=(
             "Screen in the target's cheap quick mode instead (recorded, never compared with the lineage)."))] = False,
+        executor: Annotated[str | None, Field(
+            description="Run this evaluation on another executor than the run's (e.g. local).")] = None,
+        executor_options: Annotated[dict[str, str] | None, Field(description="Options of that executor.")] = None,
     ) -> str:
         from avo.engine import evaluate_work
         from avo.summaries import eval_lines
 
         r = self._open(run)
-        return "\n".join(eval_lines(evaluate_work(r, quick=quick), r))
+        return "\n".join(eval_lines(evaluate_work(r, quick=quick, executor=executor,
+                                                 executor_options=executor_options), r))
 
     def submit(
         self,

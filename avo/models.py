@@ -86,19 +86,20 @@ class WorkLimits(BaseModel):
     bytes: int = Field(256 * 1024 * 1024, gt=0, description="Most bytes in work/ (outside .git)")
 
 
-class ResourceRequest(BaseModel):
-    """What one evaluation of a target needs from the machine it runs on.
+class TargetResources(BaseModel):
+    """What one evaluation of a target holds on the machine that runs it.
 
-    Informational for a local run (``avo doctor`` checks ``gpus``); an executor that
-    places evaluations on a cluster (Ray) schedules them by it. ``None`` = no request.
+    The local executor runs one evaluation at a time and only checks ``gpus`` (``avo
+    doctor``); a cluster executor (Ray) places each evaluation on a node with these free,
+    e.g. a whole GPU of a given type, so two timed evaluations never share a device.
     """
 
     model_config = ConfigDict(extra="forbid")
 
-    cpus: float | None = Field(None, gt=0, description="CPU cores one evaluation uses")
-    gpus: float | None = Field(None, ge=0, description="GPUs one evaluation uses (0 = none)")
+    cpus: float = Field(1, gt=0, description="CPU cores one evaluation uses")
+    gpus: float = Field(0, ge=0, description="GPUs one evaluation uses (0 = none)")
     memory_mb: int | None = Field(None, gt=0, description="Host memory one evaluation uses, MiB")
-    accelerator: str | None = Field(None, min_length=1, description="Accelerator kind, e.g. 'cuda'")
+    accelerator: str | None = Field(None, min_length=1, description="Accelerator kind, e.g. 'cuda' or 'H100'")
 
 
 class TargetSpec(BaseModel):
@@ -116,7 +117,7 @@ class TargetSpec(BaseModel):
     has_baselines: bool = False
     limits: ResourceLimits = Field(default_factory=ResourceLimits)
     work_limits: WorkLimits = Field(default_factory=WorkLimits)
-    resources: ResourceRequest = Field(default_factory=ResourceRequest)
+    resources: TargetResources = Field(default_factory=TargetResources)
     noise: NoiseSpec = Field(default_factory=NoiseSpec)
     stall_limit: int = Field(3, ge=1, description="Steps without a new best before the supervisor")
     tie_tolerance: float = Field(
@@ -277,3 +278,74 @@ class SupervisorAnswer(BaseModel):
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
+
+
+class ExecutorInfo(BaseModel):
+    """What an executor plugin announces through ``avo_executors``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    description: str = ""
+    remote: bool = Field(False, description="Evaluations may run on another machine")
+    provider: str | None = None
+
+
+class ExecutorCheck(BaseModel):
+    """An executor's answer to ``avo_executor_check``: is it ready, and how many jobs at once."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ok: bool
+    lines: list[str] = Field(default_factory=list, description="What was checked, one line each")
+    problems: list[str] = Field(default_factory=list, description="What is missing, with the fix")
+    capacity: int = Field(1, ge=1, description="Jobs of this target that can run at the same time")
+
+
+class EvalJob(BaseModel):
+    """One evaluation, with everything a worker on another machine needs to run it honestly.
+
+    The candidate travels as an uncompressed tar of the exported snapshot, addressed by its
+    sha256; the worker refuses to run unless its installed evaluator hashes to
+    ``evaluator_hashes`` (and, for a plugin target, its avo and start-up files to
+    ``runtime_hashes``), exactly as the run recorded them at start. ``archive`` is raw bytes:
+    send it apart from the job's JSON (the Ray executor puts it in the object store).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(description="Unique per evaluation, for logs and cancel")
+    label: str
+    run_id: str | None = None
+    target: TargetSpec
+    baselines: bool = False
+    tree: str | None = Field(None, description="The candidate's git tree id")
+    archive: bytes | None = Field(None, description="tar of the candidate snapshot (None for baselines)")
+    archive_sha256: str | None = None
+    quick: bool = False
+    screening: bool = False
+    configs: list[str] | None = Field(None, description="The configs a result must report (None: any)")
+    evaluator_hashes: dict[str, str] = Field(default_factory=dict)
+    runtime_hashes: dict[str, str] = Field(default_factory=dict)
+    sandbox: Literal["bwrap", "none"] = "none"
+    secret: str | None = None
+    timeout: float = Field(gt=0, description="The in-task timeout of the evaluator child")
+    # For the local executor only: the run's private folder and where the log goes.
+    workspace: Path | None = None
+    log_path: Path | None = None
+
+
+class JobResult(BaseModel):
+    """What an executor returns for a job: the result and where it was produced."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    result: EvalResult | None = Field(None, description="The candidate's result (None for baselines)")
+    baselines: dict[str, EvalResult] | None = None
+    wall_s: float = 0.0
+    executor: str = "local"
+    node: str | None = None
+    accelerator: str | None = None
+    log: str = Field("", description="The evaluator's output (tail) when it was not written to job.log_path")
+    refused: str | None = Field(None, description="Why the job was not run at all: the evaluator there differs "
+                                "from the run's record (not a failure of the candidate)")

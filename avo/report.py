@@ -101,6 +101,7 @@ def _summary(run: Run) -> str:
         ("steps", f"{s.steps}" + (f" of {s.options.max_steps}" if s.options.max_steps else "")),
         ("evaluations", str(s.evaluations)),
         ("quick mode", "yes" if s.options.quick else "no"),
+        ("executor", s.options.executor + "".join(f", {k}={v}" for k, v in sorted(s.options.executor_options.items()))),
     ]
     if s.origin:
         rows.append(("seeded from", s.origin))
@@ -116,6 +117,9 @@ def _lineage(run: Run) -> str:
     d = display_digits(s)
     configs = s.configs or sorted(s.seed_version.metrics)
     head = "".join(f"<th>{_e(c)}</th>" for c in configs)
+    # Where each version was measured: its submit (or the seed's) record in the trajectory.
+    where = {int(r.get("step") or 0): str(r.get("where") or "") for r in read_trajectory(run.paths)
+             if r.get("kind") == "submit" or r.get("id") == "seed"}
     rows = []
     prev = None
     for v in s.versions:
@@ -128,13 +132,13 @@ def _lineage(run: Run) -> str:
         star = " ★" if v.n == s.best else ""
         rows.append(f'<tr{cls}><td class="l"><a href="#v{v.n}">v{v.n}</a>{star}</td><td>{v.step}</td>'
                     f"<td>{_e(_num(v.scalar, d))}</td><td>{_e(d_prev)}</td><td>{_e(d_seed)}</td>{cells}"
-                    f'<td class="l">{_e(v.message)}</td></tr>')
+                    f'<td class="l">{_e(v.message)}</td><td class="l">{_e(where.get(v.step, ""))}</td></tr>')
         prev = v
     return (f'<section id="lineage"><h2>Lineage</h2><table><tr><th class="l">version</th><th>step</th>'
-            f'<th>scalar</th><th>Δ prev</th><th>Δ x_0</th>{head}<th class="l">message</th></tr>'
-            + "".join(rows) + '</table><p class="muted">★ the best version; highlighted rows are new bests; '
-            '"match": accepted without a new best.</p>'
-            "</section>")
+            f'<th>scalar</th><th>Δ prev</th><th>Δ x_0</th>{head}<th class="l">message</th>'
+            '<th class="l">measured on</th></tr>' + "".join(rows)
+            + '</table><p class="muted">★ the best version; highlighted rows are new bests; '
+            '"match": accepted without a new best.</p></section>')
 
 
 def _versions(run: Run) -> str:
@@ -183,6 +187,8 @@ def _attempts(run: Run, records: list[dict[str, Any]]) -> str:
                          f"<p>{_e(rec.get('message'))}</p>")
             if rec.get("reason"):
                 parts.append(f"<p>reason: {_e(rec['reason'])}</p>")
+            if rec.get("where"):
+                parts.append(f'<p class="muted">measured on {_e(rec["where"])}</p>')
             if rec.get("error") and rec.get("error") != rec.get("reason"):
                 parts.append(f'<pre class="failed">{_e(rec["error"])}</pre>')
             parts.append(_archived(run, rec.get("diff")))

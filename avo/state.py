@@ -61,6 +61,8 @@ class RunOptions(BaseModel):
     quick: bool = False
     noise: NoiseSpec = Field(default_factory=NoiseSpec)
     sandbox: str = "auto"  # what was asked for: auto, bwrap or none
+    executor: str = "local"  # where evaluations run (avo.executors); runs before executors: local
+    executor_options: dict[str, str] = Field(default_factory=dict)
 
 
 class SupervisorState(BaseModel):

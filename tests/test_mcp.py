@@ -102,7 +102,8 @@ def test_lists_the_eleven_tools_with_schemas(client: Client) -> None:
     assert tools["avo_submit"].input_schema["required"] == ["message"]
     assert tools["avo_record_supervisor"].input_schema["required"] == ["text"]
     assert set(tools["avo_start_run"].input_schema["properties"]) == {
-        "target", "run", "max_steps", "quick", "stall_limit", "from_run"}
+        "target", "run", "max_steps", "quick", "stall_limit", "from_run", "executor", "executor_options"}
+    assert {"executor", "executor_options"} <= set(tools["avo_evaluate"].input_schema["properties"])
     assert "required" not in tools["avo_status"].input_schema
     assert tools["avo_status"].annotations is not None and tools["avo_status"].annotations.read_only_hint
     assert tools["avo_revert"].annotations is not None and tools["avo_revert"].annotations.destructive_hint

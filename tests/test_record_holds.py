@@ -93,6 +93,7 @@ DRIVER = textwrap.dedent(
     import os, signal, sys
     from pathlib import Path
     import avo.engine as engine
+    import avo.evaluation as evaluation
     from avo.lineage import Lineage
     import avo.state as state_mod
 
@@ -130,7 +131,7 @@ DRIVER = textwrap.dedent(
     elif point == "after-reset":
         after(Lineage, "reset_hard")
     elif point == "during-eval":
-        before(engine, "evaluate_dir")
+        before(evaluation, "evaluate_dir")  # what every executor's run_job calls
     run = engine.open_run(run_dir, run_dir.parent)
     engine.submit(run, message)
     print("completed without being killed")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from avo import hookimpl
 from avo.files import copy_contents
-from avo.models import EvalOptions, EvalResult, NoiseSpec, ResourceLimits, ResourceRequest, TargetSpec
+from avo.models import EvalOptions, EvalResult, NoiseSpec, ResourceLimits, TargetResources, TargetSpec
 
 from avo_target_attention_triton.configs import ATOL, FULL_LENGTHS, GQA, MHA, PROBLEMS, RTOL, TOTAL_TOKENS, Problem
 
@@ -67,7 +67,7 @@ def spec(problem: Problem) -> TargetSpec:
         noise=NoiseSpec(band=0.05, confirm_runs=3),
         stall_limit=3,
         requirements=["torch", "triton"],
-        resources=ResourceRequest(cpus=2, gpus=1, memory_mb=16384, accelerator="cuda"),
+        resources=TargetResources(cpus=2, gpus=1, memory_mb=16384, accelerator="cuda"),
     )
 
 

@@ -22,7 +22,7 @@ from avo.models import (
     EvalResult,
     NoiseSpec,
     ResourceLimits,
-    ResourceRequest,
+    TargetResources,
     TargetSpec,
     WorkLimits,
     parse_duration,
@@ -114,7 +114,7 @@ class TargetFile(BaseModel):
     supervisor: _Supervisor = Field(default_factory=_Supervisor)
     requirements: list[str] = Field(default_factory=list)
     work_limits: WorkLimits = Field(default_factory=WorkLimits)
-    resources: ResourceRequest = Field(default_factory=ResourceRequest)
+    resources: TargetResources = Field(default_factory=TargetResources)
 
 
 def _format_errors(path: Path, exc: ValidationError) -> str:

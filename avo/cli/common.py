@@ -48,6 +48,11 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable output.
 SandboxOpt = Annotated[str | None, typer.Option(
     "--sandbox", envvar="AVO_SANDBOX", show_default=False,
     help="Isolation of candidate code: auto (bubblewrap where it works, default), bwrap (required) or none.")]
+ExecutorOpt = Annotated[str | None, typer.Option(
+    "--executor", envvar="AVO_EXECUTOR", show_default=False,
+    help="Where evaluations run: local (a child process here, default) or an installed executor (see `avo doctor`).")]
+ExecutorOptionsOpt = Annotated[list[str] | None, typer.Option(
+    "--executor-option", show_default=False, help="Executor option KEY=VALUE (repeatable), e.g. address=ray://head:10001.")]
 
 EXIT_ERROR = 1
 EXIT_BLOCKED = 3
@@ -88,3 +93,16 @@ def runs_root(runs_dir: Path | None) -> Path:
     from avo.state import runs_dir as resolve
 
     return resolve(runs_dir)
+
+
+def key_values(pairs: list[str] | None, flag: str) -> dict[str, str]:
+    """``{key: value}`` from repeated ``KEY=VALUE`` options, with a clear error for a bad one."""
+    from avo.errors import AvoError
+
+    out: dict[str, str] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise AvoError(f"{flag} expects KEY=VALUE, got {pair!r}")
+        out[key.strip()] = value
+    return out

@@ -7,7 +7,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from avo.cli.common import EXIT_ERROR, RunsDir, SandboxOpt, err, runs_root, user_errors
+from avo.cli.common import (
+    EXIT_ERROR,
+    ExecutorOpt,
+    ExecutorOptionsOpt,
+    RunsDir,
+    SandboxOpt,
+    err,
+    key_values,
+    runs_root,
+    user_errors,
+)
 
 if TYPE_CHECKING:
     from avo.evolve import Reporter
@@ -93,6 +103,8 @@ def register(app: typer.Typer) -> None:
         json_log: JsonLog = False,
         plain: Plain = False,
         sandbox: SandboxOpt = None,
+        executor: ExecutorOpt = None,
+        executor_option: ExecutorOptionsOpt = None,
         runs_dir: RunsDir = None,
     ) -> None:
         """Run the search unattended: a backend agent performs each variation step.
@@ -146,10 +158,12 @@ def register(app: typer.Typer) -> None:
                 if not target:
                     raise AvoError("say which target to evolve: --target NAME|PATH (or --resume RUN)")
                 run = start_run(target, root, max_steps=config.max_steps, quick=quick, stall_limit=stall_limit,
-                                progress=lambda m: err.print(m), sandbox=sandbox)
+                                progress=lambda m: err.print(m), sandbox=sandbox, executor=executor,
+                                executor_options=key_values(executor_option, "--executor-option"))
                 err.print(f"started {run.state.id} at {run.paths.root}")
-            elif quick or stall_limit:
-                err.print("note: --quick and --stall-limit are fixed when a run starts; ignored on --resume")
+            elif quick or stall_limit or executor_option or (executor and executor != run.state.options.executor):
+                err.print("note: --quick, --stall-limit, --executor and --executor-option are fixed when a run "
+                          f"starts; ignored on --resume (this run evaluates on {run.state.options.executor})")
             reporter = _reporter(json_log, plain)
             try:
                 summary = run_evolve(run, config, reporter)

@@ -7,7 +7,16 @@ from typing import Annotated
 
 import typer
 
-from avo.cli.common import RunRef, RunsDir, out, runs_root, user_errors
+from avo.cli.common import (
+    ExecutorOpt,
+    ExecutorOptionsOpt,
+    RunRef,
+    RunsDir,
+    key_values,
+    out,
+    runs_root,
+    user_errors,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -31,12 +40,15 @@ def register(app: typer.Typer) -> None:
     def verify(
         example: Annotated[Path, typer.Argument(help="A folder written by `avo export`.")],
         version: Annotated[int | None, typer.Option("--version", help="Check vN instead of the best.")] = None,
+        executor: ExecutorOpt = None,
+        executor_option: ExecutorOptionsOpt = None,
     ) -> None:
         """Re-evaluate a shipped example's best version and compare with its recorded score."""
         from avo.examples import verify_example
 
         with user_errors():
-            result = verify_example(example, version=version)
+            result = verify_example(example, version=version, executor=executor,
+                                    executor_options=key_values(executor_option, "--executor-option"))
             if result.evaluator_changed:
                 out.print("note: the installed target's evaluator differs from the one this run used")
             from avo.numbers import digits_to_separate, fmt_number

@@ -6,11 +6,15 @@ import importlib.util
 import shutil
 import subprocess
 import sys
-from typing import Annotated
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from avo.cli.common import JsonFlag, err, out, print_json, user_errors
+
+if TYPE_CHECKING:
+    from avo.models import TargetSpec
 
 
 def _table(title: str, columns: list[str]):  # type: ignore[no-untyped-def]
@@ -125,9 +129,11 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def doctor(
         target: Annotated[str | None, typer.Option("--target", help="Check one target only.")] = None,
+        executor_option: Annotated[list[str] | None, typer.Option(
+            "--executor-option", help="Executor option KEY=VALUE for the executor checks.")] = None,
     ) -> None:
-        """Check Python, git, a C compiler, the sandbox, the installed plugins, each target's packages and each
-        backend."""
+        """Check Python, git, a C compiler, the sandbox, the installed plugins, each target's packages, each
+        backend and each executor."""
         from rich.markup import escape
 
         from avo.plugins import all_backends, announced_targets, find_target, plugin_records
@@ -207,6 +213,18 @@ def register(app: typer.Typer) -> None:
                 state = "ready" if info.available else f"not ready: {info.reason}"
                 out.print(f"{'[green]ok[/]  ' if info.available else '[yellow]--[/]  '} "
                           f"{escape(f'backend {info.name}: {state}')}", markup=True)
+            _check_executors(line, next((s for s in specs if s.name == target), None), executor_option)
         out.print("all checks passed" if problems == 0 else f"{problems} problem(s) found")
         if problems:
             raise typer.Exit(1)
+
+
+def _check_executors(line: Callable[..., None], spec: TargetSpec | None, pairs: list[str] | None) -> None:
+    """Each installed executor's own check (a cluster reachable, the target's resources there)."""
+    from avo import executors
+    from avo.cli.common import key_values
+
+    options = key_values(pairs, "--executor-option")
+    for info in executors.all_executors():
+        check = executors.check(info.name, spec, options)
+        line(check.ok, f"executor {info.name}: " + ("; ".join(check.lines) or "ready"), "; ".join(check.problems))

@@ -10,11 +10,14 @@ import typer
 
 from avo.cli.common import (
     EXIT_ERROR,
+    ExecutorOpt,
+    ExecutorOptionsOpt,
     JsonFlag,
     RunRef,
     RunsDir,
     SandboxOpt,
     err,
+    key_values,
     out,
     print_json,
     runs_root,
@@ -67,6 +70,8 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
         ] = None,
         no_prompt: Annotated[bool, typer.Option("--no-prompt", help="Do not print the first prompt.")] = False,
         sandbox: SandboxOpt = None,
+        executor: ExecutorOpt = None,
+        executor_option: ExecutorOptionsOpt = None,
         runs_dir: RunsDir = None,
     ) -> None:
         """Start a run: seed x_0, copy K, evaluate the seed, measure baselines, tag v0."""
@@ -76,7 +81,8 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
         with user_errors():
             run = start_run(target, runs_root(runs_dir), max_steps=max_steps, quick=quick,
                             stall_limit=stall_limit, from_ref=from_run, progress=lambda m: err.print(m),
-                            sandbox=sandbox)
+                            sandbox=sandbox, executor=executor,
+                            executor_options=key_values(executor_option, "--executor-option"))
             v0 = run.state.versions[0]
             err.print(f"started {run.state.id}: x_0 = {_fmt(v0.scalar)} at {run.paths.root}")
             if not no_prompt:
@@ -100,6 +106,9 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
         json_out: JsonFlag = False,
         quick: Annotated[bool, typer.Option(
             "--quick", help="A cheap screening in the target's quick mode (not comparable with the lineage).")] = False,
+        executor: Annotated[str | None, typer.Option(
+            "--executor", show_default=False, help="Run this evaluation on another executor than the run's.")] = None,
+        executor_option: ExecutorOptionsOpt = None,
     ) -> None:
         """Evaluate the current work tree (no lineage change); exit status 1 when it fails the gate.
 
@@ -109,7 +118,8 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
 
         with user_errors():
             r = open_run(run, runs_root(runs_dir))
-            report = evaluate_work(r, quick=quick)
+            opts = key_values(executor_option, "--executor-option") if executor_option else None
+            report = evaluate_work(r, quick=quick, executor=executor, executor_options=opts)
             if json_out:
                 ev = report.evaluation
                 print_json({"correct": ev.scalar is not None, "scalar": ev.scalar, "metrics": ev.result.metrics,
