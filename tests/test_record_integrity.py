@@ -406,7 +406,7 @@ def test_index_rewritten_inside_the_snapshot_is_what_gets_evaluated(
 def test_index_rewritten_during_the_evaluation_changes_nothing_committed(
     toy: Path, runs_root: Path, core_plugins: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import avo.engine as engine
+    import avo.evaluation as evaluation
 
     run = start_run(str(toy), runs_root)
     work, private = run.paths.work, run.paths.private
@@ -416,14 +416,15 @@ def test_index_rewritten_during_the_evaluation_changes_nothing_committed(
     evil = tmp_path / "evil-index"
     subprocess.run(["git", "update-index", "--add", "--cacheinfo", f"100644,{blob},solution.py"],
                    env=dict(env, GIT_INDEX_FILE=str(evil)), check=True)
-    original = engine.evaluate_dir
+    original = evaluation.evaluate_dir
 
     def agent_strikes_mid_evaluation(*args, **kwargs):  # type: ignore[no-untyped-def]
         for path in [*private.glob("index*"), private / "index", work / ".git" / "index"]:
             path.write_bytes(evil.read_bytes())
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(engine, "evaluate_dir", agent_strikes_mid_evaluation)
+    # The evaluation runs through the executor, which looks evaluate_dir up when it runs.
+    monkeypatch.setattr(evaluation, "evaluate_dir", agent_strikes_mid_evaluation)
     set_constants(work, x=6)
     out = submit(run, "X=6")
     assert out.outcome == "accepted" and out.version is not None
