@@ -645,8 +645,11 @@ def start_run(
     if base_job is not None:
         assert base_job.log_path is not None
         if not both:
+            from avo.progress import shown_by
+
             say(f"measuring baselines (log: {base_job.log_path.relative_to(paths.root)}) ...")
-            base_res = executors.execute(name, base_job, opts)
+            with shown_by(lambda line: say(f"  {line}")):
+                base_res = executors.execute(name, base_job, opts)
         for bname, ev in _baseline_evaluations(base_res, base_job.log_path).items():
             if bname == MALFORMED_BASELINES or (ev.result.error or "").startswith(MALFORMED_PREFIX):
                 warnings.append(ev.result.error or "baselines failed")  # not a baseline: kept out of every view

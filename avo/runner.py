@@ -71,9 +71,11 @@ class _Pump(threading.Thread):
     """
 
     def __init__(self, stream: IO[bytes], log: IO[bytes] | None, keep: bool,
-                 on_overflow: Callable[[], None], cap: int = OUTPUT_CAP):
+                 on_overflow: Callable[[], None], cap: int = OUTPUT_CAP, progress: bool = False):
         super().__init__(daemon=True)
         self.stream, self.log, self.keep, self.on_overflow, self.cap = stream, log, keep, on_overflow, cap
+        self.progress = progress  # pass `avo-progress: ...` lines on as they arrive (stderr)
+        self._line = b""
         self.chunks: list[bytes] = []
         self.tail = b""
         self.total = 0
@@ -111,6 +113,18 @@ class _Pump(threading.Thread):
             if self.keep:
                 self.chunks.append(chunk)
             self.tail = (self.tail + chunk)[-_TAIL_BYTES:]
+            if self.progress:
+                self._pass_progress(chunk)
+
+    def _pass_progress(self, chunk: bytes) -> None:
+        from avo import progress
+
+        *lines, self._line = (self._line + chunk).split(b"\n")
+        self._line = self._line[-4096:]  # a progress line is short; keep no flood in memory
+        for raw in lines:
+            text = raw.decode("utf-8", "replace").strip()
+            if text.startswith(progress.PREFIX):
+                progress.emit(text[len(progress.PREFIX):][:300])
 
     def data(self) -> bytes:
         return b"".join(self.chunks)
@@ -250,7 +264,7 @@ def run_child(
         pgid = group["pgid"] = proc.pid
         assert proc.stdout is not None and proc.stderr is not None
         out = _Pump(proc.stdout, log, keep=not result_channel, on_overflow=lambda: _kill_group(pgid))
-        err = _Pump(proc.stderr, log, keep=False, on_overflow=lambda: _kill_group(pgid))
+        err = _Pump(proc.stderr, log, keep=False, on_overflow=lambda: _kill_group(pgid), progress=True)
         channel: _Pump | None = None
         if result_channel:
             os.close(result_w)  # only the child holds the write end now

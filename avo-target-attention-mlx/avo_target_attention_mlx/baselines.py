@@ -6,6 +6,7 @@ Each runs in its own sandboxed worker exactly as a candidate does (``kernels/<na
 from __future__ import annotations
 
 from avo.models import EvalOptions, EvalResult
+from avo.progress import report
 from avo_target_attention_mlx.harness import KERNELS, CandidateFailure, Kernel, Suite
 
 BASELINES = {
@@ -27,6 +28,7 @@ def measure_baselines(options: EvalOptions) -> dict[str, EvalResult]:
                 results[name] = suite.result(kernel, suite.measure(kernel))
             except CandidateFailure as exc:
                 results[name] = EvalResult(correct=False, metrics={}, error=str(exc))
+            report(f"baseline {name}: " + ("measured" if results[name].correct else f"failed: {results[name].error}"))
     finally:
         suite.close()
     return results

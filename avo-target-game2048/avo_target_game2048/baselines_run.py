@@ -30,4 +30,15 @@ def measure(name: str, options: EvalOptions) -> EvalResult:
 
 def measure_all(options: EvalOptions) -> dict[str, EvalResult]:
     """Every baseline, weakest first."""
-    return {name: measure(name, options) for name in BASELINES}
+    from avo.progress import report
+
+    out = {}
+    for name in BASELINES:
+        out[name] = result = measure(name, options)
+        report(f"baseline {name}: " + (f"{result.primary or _mean(result):,.0f}" if result.correct
+                                       else f"failed: {result.error}"))
+    return out
+
+
+def _mean(result: EvalResult) -> float:
+    return sum(result.metrics.values()) / max(1, len(result.metrics))
