@@ -26,6 +26,7 @@ from typing import Any
 from avo import __version__
 from avo.contract import failed, gain
 from avo.errors import AvoError, BlockedError
+from avo.eval_inputs import strip_meta
 from avo.evaluation import MALFORMED_BASELINES, MALFORMED_PREFIX, Evaluation, Runtime, evaluate_dir, measure_baselines
 from avo.integrity import compare, hash_tree
 from avo.lineage import META_DIR, CandidateError, Lineage, diff_fingerprint, foreign_git_dir
@@ -225,6 +226,7 @@ def _evaluate_tree(run: Run, tree: str, label: str, *, screening: bool = False) 
     log_path = _log_path(run.paths, label)
     try:
         run.lineage.export(tree, snap)
+        strip_meta(snap)
     except CandidateError as exc:  # not self-contained: a failed candidate, named
         shutil.rmtree(snap, ignore_errors=True)
         log_path.write_text(f"[avo] the candidate was not evaluated: {exc}\n")
