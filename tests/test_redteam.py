@@ -239,3 +239,35 @@ def test_a_candidate_cannot_fill_memory_through_the_sandboxs_tmp(
     log = ev.log_path.read_text()
     held = int(log.split("HELD_MIB", 1)[1].split()[0]) if "HELD_MIB" in log else 0
     assert held <= 512, f"the candidate held {held} MiB in the sandbox's /tmp under a 512 MiB memory limit"
+
+
+@needs_bwrap
+def test_a_candidate_cannot_hold_memory_past_its_limit_in_a_memfd_or_the_sandboxs_root(tmp_path: Path) -> None:
+    # Besides /tmp: the sandbox's / and /dev are writable tmpfs too, and a memfd's pages are
+    # RAM that RLIMIT_AS does not see (write(), never mapped). Only a memory cgroup bounds it.
+    code = """
+        import json, os, resource
+        resource.setrlimit(resource.RLIMIT_AS, (512 << 20, 512 << 20))
+        chunk = b"x" * (1 << 20)
+        held = {}
+        for name in ("memfd", "/ballast", "/dev/ballast"):
+            held[name] = 0
+            try:
+                fd = os.memfd_create("ballast") if name == "memfd" else os.open(name, os.O_CREAT | os.O_WRONLY)
+                for _ in range(600):
+                    os.write(fd, chunk)
+                    held[name] += 1
+                os.close(fd)  # a memfd's pages go with its last descriptor
+            except OSError:
+                pass
+            if name != "memfd":
+                try:
+                    os.unlink(name)
+                except OSError:
+                    pass
+        print("HELD", json.dumps(held))
+    """
+    out = _run_boxed(code, Sandbox(writable=(tmp_path,), cwd=tmp_path)).stdout
+    held = json.loads(out.split("HELD", 1)[1]) if "HELD" in out else {}
+    over = {k: v for k, v in held.items() if v > 512}
+    assert not over, f"MiB held past a 512 MiB address-space limit: {over}"
