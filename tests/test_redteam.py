@@ -271,3 +271,21 @@ def test_a_candidate_cannot_hold_memory_past_its_limit_in_a_memfd_or_the_sandbox
     held = json.loads(out.split("HELD", 1)[1]) if "HELD" in out else {}
     over = {k: v for k, v in held.items() if v > 512}
     assert not over, f"MiB held past a 512 MiB address-space limit: {over}"
+
+
+def test_a_file_named_dot_avo_in_work_fails_the_submit_with_a_named_error(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # A candidate file where avo keeps its score file: the evaluation passed, the commit was
+    # made, then writing work/.avo/scores.jsonl raised "File exists" (a raw OSError) and was
+    # undone; every later submit did the same, and `avo recover` could not help.
+    run = start_run(str(toy), runs_root)
+    work = run.paths.work
+    (work / ".avo" / "scores.jsonl").unlink()
+    (work / ".avo").rmdir()
+    (work / ".avo").write_text("a candidate file named like avo's folder\n")
+    (work / "solution.py").write_text((work / "solution.py").read_text().replace("X = 1.0", "X = 5.0"))
+    out = submit(run, "a file named .avo")
+    assert out.outcome == "failed"
+    assert "work/.avo" in (out.evaluation.result.error or ""), out.evaluation.result.error
+    assert [v.n for v in run.state.versions] == [0]
+    assert run.lineage.git("rev-parse", "HEAD").strip() == run.state.versions[0].sha
