@@ -226,6 +226,11 @@ def _evaluate_tree(run: Run, tree: str, label: str, *, screening: bool = False) 
     log_path = _log_path(run.paths, label)
     try:
         run.lineage.export(tree, snap)
+        meta = snap / META_DIR
+        if meta.is_symlink() or (meta.exists() and not meta.is_dir()):
+            # Its score file is committed there: anything else fails the submit after the commit.
+            raise CandidateError(f"work/{META_DIR} is avo's folder (it holds scores.jsonl) but it is "
+                                 f"{'a symlink' if meta.is_symlink() else 'a file'}; remove it and try again")
         strip_meta(snap)
     except CandidateError as exc:  # not self-contained: a failed candidate, named
         shutil.rmtree(snap, ignore_errors=True)
