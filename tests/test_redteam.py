@@ -289,3 +289,34 @@ def test_a_file_named_dot_avo_in_work_fails_the_submit_with_a_named_error(
     assert "work/.avo" in (out.evaluation.result.error or ""), out.evaluation.result.error
     assert [v.n for v in run.state.versions] == [0]
     assert run.lineage.git("rev-parse", "HEAD").strip() == run.state.versions[0].sha
+
+
+def test_bytecode_planted_in_avos_own_cache_is_never_run(
+        runs_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 12's stale .pyc moved from the package's __pycache__ to avo's pycache_prefix,
+    # which the agent (same user) writes just as easily, and nothing hashes: the copy's path
+    # is fixed for the run (.avo/evaluator/<digest>), so an unchecked-hash .pyc for the
+    # copy's harness.py is imported instead of the hashed source. 99,999 was accepted on
+    # game2048 (honest 662) with a record that agrees with itself in every check.
+    import py_compile
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    from avo.evaluator_copy import pycache_dir
+
+    run = start_run("game2048", runs_root, quick=True)
+    (copy,) = (run.paths.private / "evaluator").iterdir()
+    source = copy / "avo_target_game2048" / "harness.py"
+    forged = tmp_path / "harness.py"
+    forged.write_text(source.read_text().replace(
+        "    return EvalResult(correct=True, metrics=metrics, notes=_notes(report, settings))",
+        "    return EvalResult(correct=True, metrics={k: 99999.0 for k in metrics}, notes='planted')"))
+    assert forged.read_text() != source.read_text()
+    pyc = pycache_dir() / str(source.parent).lstrip("/") / f"harness.{sys.implementation.cache_tag}.pyc"
+    pyc.parent.mkdir(parents=True, exist_ok=True)
+    py_compile.compile(str(forged), cfile=str(pyc), dfile=str(source),
+                       invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    agent = run.paths.work / "agent.py"
+    agent.write_text(agent.read_text() + "\n# a harmless edit\n")
+    out = submit(run, "an agent that planted bytecode")
+    assert out.evaluation.scalar is None or out.evaluation.scalar < 99999, (
+        f"planted bytecode scored the candidate: {out.evaluation.result}")
