@@ -320,3 +320,51 @@ def test_bytecode_planted_in_avos_own_cache_is_never_run(
     out = submit(run, "an agent that planted bytecode")
     assert out.evaluation.scalar is None or out.evaluation.scalar < 99999, (
         f"planted bytecode scored the candidate: {out.evaluation.result}")
+
+
+def test_the_copy_swapped_while_the_evaluator_imports_it_is_caught(
+        runs_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The copy is hashed before and after the evaluation, not while it is imported: a
+    # process of the agent's swaps harness.py in the copy as the evaluator starts and puts
+    # it back (content and time) as soon as it has been compiled.
+    import threading
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    from avo.evaluator_copy import pycache_dir
+
+    run = start_run("game2048", runs_root, quick=True)
+    (copy,) = (run.paths.private / "evaluator").iterdir()
+    source = copy / "avo_target_game2048" / "harness.py"
+    honest_text, st = source.read_bytes(), source.stat()
+    forged = honest_text.replace(
+        b"    return EvalResult(correct=True, metrics=metrics, notes=_notes(report, settings))",
+        b"    return EvalResult(correct=True, metrics={k: 99999.0 for k in metrics}, notes='swapped')")
+    assert forged != honest_text
+    pyc = pycache_dir() / str(source.parent).lstrip("/") / f"harness.{sys.implementation.cache_tag}.pyc"
+    pid_file = run.paths.private / "child.pid"
+    done = threading.Event()
+
+    def swapper() -> None:
+        while not pid_file.exists() and not done.is_set():
+            time.sleep(0.001)
+        pyc.unlink(missing_ok=True)
+        source.chmod(0o644)
+        source.write_bytes(forged)
+        deadline = time.monotonic() + 60
+        while not pyc.exists() and time.monotonic() < deadline:
+            time.sleep(0.001)
+        source.write_bytes(honest_text)
+        os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns))
+        source.chmod(st.st_mode)
+
+    thread = threading.Thread(target=swapper)
+    thread.start()
+    agent = run.paths.work / "agent.py"
+    agent.write_text(agent.read_text() + "\n# a harmless edit\n")
+    try:
+        out = submit(run, "an agent that swaps the copy during the evaluation")
+    finally:
+        done.set()
+        thread.join()
+    assert out.evaluation.scalar is None or out.evaluation.scalar < 99999, (
+        f"a swapped evaluator scored the candidate: {out.evaluation.result}")
