@@ -368,3 +368,31 @@ def test_the_copy_swapped_while_the_evaluator_imports_it_is_caught(
         thread.join()
     assert out.evaluation.scalar is None or out.evaluation.scalar < 99999, (
         f"a swapped evaluator scored the candidate: {out.evaluation.result}")
+
+
+@needs_bwrap
+def test_files_a_directory_candidate_leaves_in_the_log_folder_are_capped(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # stdout and stderr stop at 8 MiB, but AVO_LOG_DIR is writable inside the sandbox and
+    # everything in it is moved into the run's logs/ after the evaluation, with no cap on
+    # size or count: each evaluation can leave gigabytes (or a million files) in the run.
+    run = start_run(str(toy), runs_root)
+    (run.paths.work / "solution.py").write_text(textwrap.dedent("""
+        import os
+        from pathlib import Path
+        logs = Path(os.environ["AVO_LOG_DIR"])
+        chunk = b"x" * (1 << 20)
+        with open(logs / "flood.log", "wb") as fh:
+            for _ in range(64):
+                fh.write(chunk)
+        for i in range(3000):
+            (logs / f"many-{i}.log").write_text("x")
+        X, Y = 7.0, 3.0
+        def square(n):
+            return n * n
+    """))
+    evaluate_work(run)
+    kept = [p for p in run.paths.logs.iterdir() if p.is_file()]
+    size = sum(p.stat().st_size for p in kept)
+    assert size <= 8 << 20 and len(kept) < 1000, (
+        f"one evaluation left {len(kept)} files and {size >> 20} MiB in the run's logs/")
