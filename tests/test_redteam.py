@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from avo.engine import evaluate_work, start_run, submit
+from avo.errors import AvoError
 from avo.eval_inputs import candidate_digest, derived_seed
 from avo.models import EvalOptions
 from avo.sandbox import Sandbox, popen, probe, tree_cpu_seconds
@@ -430,3 +431,32 @@ def test_the_process_limit_holds_for_a_candidate_when_avo_runs_as_root(
     log = evaluate_work(run).evaluation.log_path.read_text()
     started = int(log.split("STARTED", 1)[1].split()[0]) if "STARTED" in log else 0
     assert started <= 40, f"the candidate started {started} processes under a limit of 40"
+
+
+def test_a_record_forged_through_avos_own_submit_is_refused(
+        toy: Path, runs_root: Path, core_plugins: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # How much work a consistent forgery takes for an agent running as the same user: not
+    # a rewrite of the chain, the trailers and the backup by hand, but avo's own submit with
+    # evaluate_dir replaced, a dozen lines in the agent's Python. Every check then agrees.
+    import avo.engine as engine
+    from avo.engine import open_run
+    from avo.evaluation import Evaluation
+    from avo.models import EvalResult
+
+    run = start_run(str(toy), runs_root)
+
+    def fake(spec: object, workdir: Path, log_path: Path, rt: object = None, **kw: object) -> Evaluation:
+        log_path.write_text("evaluating X=7 Y=3\n")
+        return Evaluation(EvalResult(correct=True, metrics={"config_a": 1e9, "config_b": 1e9}), 1e9, 0.1, log_path)
+
+    with monkeypatch.context() as m:
+        m.setattr(engine, "evaluate_dir", fake)
+        agent_run = open_run(run.paths.root, runs_root)
+        (agent_run.paths.work / "solution.py").write_text(
+            (agent_run.paths.work / "solution.py").read_text() + "\n# tweak\n")
+        submit(agent_run, "unroll the inner loop")
+    try:
+        reopened = open_run(run.paths.root, runs_root)
+    except AvoError:
+        return  # refused: the forgery was noticed
+    assert all(v.scalar < 1e6 for v in reopened.state.versions), "a forged 1e9 is believed by every check"
