@@ -460,3 +460,32 @@ def test_a_record_forged_through_avos_own_submit_is_refused(
     except AvoError:
         return  # refused: the forgery was noticed
     assert all(v.scalar < 1e6 for v in reopened.state.versions), "a forged 1e9 is believed by every check"
+
+
+@needs_bwrap
+def test_a_candidate_cannot_write_more_to_disk_than_its_work_limit(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # work/ may hold 256 MiB before a snapshot, but inside the evaluation the snapshot and
+    # the scratch folder are writable with no quota (no RLIMIT_FSIZE, no size-bounded
+    # mount): a candidate can fill the disk under the run, and then avo's own writes fail.
+    run = start_run(str(toy), runs_root)
+    (run.paths.work / "solution.py").write_text(textwrap.dedent("""
+        import os
+        written = 0
+        try:
+            with open("ballast", "wb") as fh:
+                for _ in range(300):
+                    fh.write(b"x" * (1 << 20))
+                    fh.flush()
+                    written += 1
+        except OSError:
+            pass
+        print("WROTE_MIB", written)
+        os.unlink("ballast")
+        X, Y = 7.0, 3.0
+        def square(n):
+            return n * n
+    """))
+    log = evaluate_work(run).evaluation.log_path.read_text()
+    written = int(log.split("WROTE_MIB", 1)[1].split()[0]) if "WROTE_MIB" in log else 0
+    assert written <= 256, f"the candidate wrote {written} MiB into its evaluation folder (work limit 256 MiB)"
