@@ -26,6 +26,7 @@ from typing import Any
 from avo import __version__
 from avo.contract import failed, gain
 from avo.errors import AvoError, BlockedError, IntegrityError
+from avo.eval_inputs import strip_meta
 from avo.evaluation import MALFORMED_BASELINES, MALFORMED_PREFIX, Evaluation
 from avo.integrity import compare, hash_tree
 from avo.lineage import META_DIR, CandidateError, Lineage, diff_fingerprint, foreign_git_dir
@@ -216,6 +217,12 @@ def _tree_job(run: Run, tree: str, label: str, *, screening: bool = False) -> Ev
     log_path = _log_path(run.paths, label)
     try:
         run.lineage.export(tree, snap)
+        meta = snap / META_DIR
+        if meta.is_symlink() or (meta.exists() and not meta.is_dir()):
+            # Its score file is committed there: anything else fails the submit after the commit.
+            raise CandidateError(f"work/{META_DIR} is avo's folder (it holds scores.jsonl) but it is "
+                                 f"{'a symlink' if meta.is_symlink() else 'a file'}; remove it and try again")
+        strip_meta(snap)
         configs = sorted(run.state.configs) if run.state.configs and not screening else None
         return make_job(run.state.target, label, snapshot=snap, tree=tree, quick=run.state.options.quick or screening,
                         screening=screening, configs=configs, log_path=log_path, **_job_fields(run))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 from pathlib import Path
 
 from avo.models import EvalOptions
@@ -24,8 +25,11 @@ def candidate_digest(workdir: Path) -> str:
     root = Path(workdir)
     for folder, dirs, files in os.walk(root):
         here = Path(folder)
-        dirs[:] = sorted(d for d in dirs if not (here == root and d == META_DIR))
-        for name in sorted(files):
+        # A link to a folder is listed among the folders and not descended into: hash it as
+        # the link it is, or `tables -> a` and `tables -> b` would replay the same inputs.
+        links = [d for d in dirs if (here / d).is_symlink()]
+        dirs[:] = sorted(d for d in dirs if d not in links and not (here == root and d == META_DIR))
+        for name in sorted([*files, *links]):
             path = here / name
             rel = path.relative_to(root).as_posix()
             if path.is_symlink():
@@ -35,6 +39,19 @@ def candidate_digest(workdir: Path) -> str:
             h.update(f"{rel}\0{mode}\0{len(data)}\0".encode())
             h.update(data)
     return h.hexdigest()
+
+
+def strip_meta(snapshot: Path) -> None:
+    """Remove avo's ``.avo`` from an exported snapshot before it is evaluated.
+
+    The digest leaves it out, so nothing in it may reach the candidate: the agent could put
+    answers there and keep its inputs.
+    """
+    meta = Path(snapshot) / META_DIR
+    if meta.is_symlink() or meta.is_file():
+        meta.unlink()
+    elif meta.is_dir():
+        shutil.rmtree(meta)
 
 
 def derived_seed(options: EvalOptions, workdir: Path | None, label: str, default: int = 0) -> int:

@@ -123,11 +123,38 @@ def _fresh(spec: TargetSpec, label: str) -> Iterator[Runtime]:
         yield fresh_runtime(spec, Path(private), label)
 
 
+KEPT_LOG_FILES = 100  # files of a sandboxed evaluator's log folder kept per evaluation
+
+
 def _keep_logs(logs: Path, log_path: Path) -> None:
-    """Move what a sandboxed evaluator wrote to its log folder next to the run's log."""
+    """Move what a sandboxed evaluator wrote to its log folder next to the run's log.
+
+    The candidate shares the sandbox and can write there too, so what is kept is capped like
+    its output (``OUTPUT_CAP`` bytes in all, ``KEPT_LOG_FILES`` files); the rest is named.
+    """
+    from avo.runner import OUTPUT_CAP
+
+    room, kept, dropped = OUTPUT_CAP, 0, 0
     for entry in sorted(logs.iterdir()) if logs.is_dir() else []:
-        if entry.is_file() and not entry.is_symlink():
-            shutil.move(str(entry), log_path.parent / f"{log_path.stem}-{entry.name}")
+        if not entry.is_file() or entry.is_symlink():
+            continue
+        size = entry.stat().st_size
+        if kept >= KEPT_LOG_FILES or room <= 0:
+            dropped += 1
+            continue
+        dest = log_path.parent / f"{log_path.stem}-{entry.name}"
+        if size <= room:
+            shutil.move(str(entry), dest)
+        else:
+            with open(entry, "rb") as src, open(dest, "wb") as out:
+                out.write(src.read(room))
+                out.write(f"\n[avo] cut at the {OUTPUT_CAP >> 20} MiB cap on kept logs ({size} bytes)\n".encode())
+        room -= min(size, room)
+        kept += 1
+    if dropped:
+        with open(log_path, "a", encoding="utf-8") as fh:
+            fh.write(f"[avo] {dropped} more file(s) in the evaluator's log folder were not kept "
+                     f"(at most {KEPT_LOG_FILES} files and {OUTPUT_CAP >> 20} MiB)\n")
 
 
 def evaluate_dir(

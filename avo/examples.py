@@ -18,6 +18,7 @@ from pathlib import Path
 
 from avo.contract import gain
 from avo.errors import AvoError
+from avo.eval_inputs import strip_meta
 from avo.lineage import Lineage
 from avo.state import RunState, Version
 
@@ -102,6 +103,7 @@ def verify_example(folder: Path, *, version: int | None = None, executor: str | 
             raise AvoError(f"the bundle's v{wanted.n} is {tag_sha or 'missing'}, the record says {wanted.sha}")
         snap = Path(tmp) / "candidate"
         lineage.export(wanted.sha, snap)
+        strip_meta(snap)  # as a run evaluates it
         _, recorded, current = evaluator_hashes(spec, state.hashes.get("evaluator", {}))
         evaluator_changed = recorded != current
         name = executor or os.environ.get(executors.ENV, "").strip() or executors.DEFAULT

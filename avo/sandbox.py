@@ -152,7 +152,13 @@ def bwrap_args(box: Sandbox) -> list[str]:
         p = Path("/etc") / name
         if p.exists():
             args += ["--ro-bind", str(p), str(p)]
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    args += ["--proc", "/proc"]
+    # Where avo runs as root bwrap makes no user namespace, and the fresh /proc's sysctls
+    # stay writable by uid 0 even without capabilities: core_pattern alone would run a
+    # program of the candidate's as root outside the sandbox. Read-only, always.
+    for name in ("/proc/sys", "/proc/sysrq-trigger"):
+        args += ["--ro-bind-try", name, name]
+    args += ["--dev", "/dev", "--tmpfs", "/tmp"]
     bound = [Path(d) for d in _SYSTEM_DIRS]
     for p in _interpreter_paths():
         if not _covered(p, bound):
