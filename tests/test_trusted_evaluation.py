@@ -49,11 +49,12 @@ def test_a_daemon_left_by_the_candidate_dies_with_the_evaluation_and_cannot_reac
     run = start_run(str(toy), runs_root)
     assert run.state.sandbox == "bwrap"
     _candidate(run.paths.work, f"""
-        import json, os, time
+        import json, os, sys, time
         from pathlib import Path
         here = Path(__file__).resolve().parent
-        print("VISIBLE_PIDS=" + json.dumps(sorted(int(p) for p in os.listdir("/proc") if p.isdigit())))
-        print("RUN_FOLDER_VISIBLE=" + str((here.parents[2] / "run.json").exists()))
+        print("VISIBLE_PIDS=" + json.dumps(sorted(int(p) for p in os.listdir("/proc") if p.isdigit())),
+              file=sys.stderr)
+        print("RUN_FOLDER_VISIBLE=" + str((here.parents[2] / "run.json").exists()), file=sys.stderr)
         if os.fork() == 0:
             os.setsid()
             if os.fork() == 0:
@@ -73,7 +74,9 @@ def test_a_daemon_left_by_the_candidate_dies_with_the_evaluation_and_cannot_reac
             os._exit(0)
     """)
     out = submit(run, "a candidate that leaves a daemon behind")
-    assert out.evaluation.scalar is not None and out.evaluation.scalar < 1000, out.evaluation.result
+    # Its forged line reaches the evaluator's own stdout (same sandbox) at most: two results, a
+    # failed evaluation; never the forged score.
+    assert out.evaluation.scalar is None or out.evaluation.scalar < 1000, out.evaluation.result
     time.sleep(1.5)
     assert _pids_with(marker) == [], "the candidate's daemon outlived its evaluation"
     state = json.loads(run.paths.run_json.read_text())  # the daemon could not touch the record
@@ -86,15 +89,31 @@ def test_a_daemon_left_by_the_candidate_dies_with_the_evaluation_and_cannot_reac
 
 def test_a_second_result_line_from_atexit_fails_the_evaluation(toy: Path, runs_root: Path,
                                                                core_plugins: None) -> None:
+    # An evaluator whose candidate shares its stdout (here: an atexit handler of the evaluator's
+    # own process prints after the real result) must not be taken at its last line.
+    ev = toy / "eval.py"
+    ev.write_text(ev.read_text().replace(
+        "    print(json.dumps(evaluate(args.workdir)))",
+        f"    import atexit\n    atexit.register(lambda: print(json.dumps({FORGED!r})))\n"
+        "    print(json.dumps(evaluate(args.workdir)))"))
+    spec = find_target(str(toy))
+    cand = toy.parent / "atexit-cand"
+    shutil.copytree(toy / "seed", cand)
+    result = evaluate_dir(spec, cand, toy.parent / "atexit.log").result
+    assert not result.correct and "2 result objects" in (result.error or "")
+
+
+def test_a_candidate_printing_a_result_of_its_own_is_not_believed(toy: Path, runs_root: Path,
+                                                                  core_plugins: None) -> None:
     run = start_run(str(toy), runs_root)
     _candidate(run.paths.work, f"""
-        import atexit, json
+        import atexit, json, os, sys
         atexit.register(lambda: print(json.dumps({FORGED!r})))
+        print(json.dumps({FORGED!r}))
     """)
-    out = submit(run, "an atexit handler that prints a second result")
-    assert out.outcome == "failed"
-    assert "2 result objects" in (out.evaluation.result.error or "")
-    assert [v.n for v in run.state.versions] == [0]
+    out = submit(run, "a candidate that prints results of its own")
+    assert out.evaluation.scalar is None or out.evaluation.scalar < 1000, out.evaluation.result
+    assert all(v.scalar < 1000 for v in run.state.versions)
 
 
 def test_an_evaluator_that_prints_a_failing_then_a_passing_line_fails(toy: Path, runs_root: Path,
@@ -117,29 +136,31 @@ def test_an_evaluator_that_prints_a_failing_then_a_passing_line_fails(toy: Path,
 
 def test_an_output_flood_without_newlines_is_capped_as_it_arrives(toy: Path, runs_root: Path,
                                                                   core_plugins: None) -> None:
+    ev = toy / "eval.py"
+    ev.write_text(ev.read_text().replace(
+        "    print(json.dumps(evaluate(args.workdir)))",
+        '    if "flood" in (args.workdir / "solution.py").read_text():\n'
+        '        for _ in range(64):\n            sys.stdout.write("x" * (1 << 20))\n'
+        "    print(json.dumps(evaluate(args.workdir)))"))
     run = start_run(str(toy), runs_root)
-    _candidate(run.paths.work, """
-        import sys
-        chunk = "x" * (1 << 20)
-        for _ in range(64):
-            sys.stdout.write(chunk)
-        sys.stdout.flush()
-    """)
+    _candidate(run.paths.work, "# flood\n")
     out = submit(run, "64 MiB on stdout without a newline")
     assert out.outcome == "failed" and "output cap" in (out.evaluation.result.error or "")
     assert out.evaluation.log_path.stat().st_size < 9 << 20
 
 
 def test_a_metric_name_cannot_forge_a_commit_trailer(toy: Path, runs_root: Path, core_plugins: None) -> None:
+    ev = toy / "eval.py"
+    ev.write_text(ev.read_text().replace(
+        "    print(json.dumps(evaluate(args.workdir)))",
+        '    if "forge" in (args.workdir / "solution.py").read_text():\n'
+        '        print(json.dumps({"correct": True, "metrics": {"a\\navo-scalar: 999999": 5.0}}))\n'
+        "        return 0\n"
+        "    print(json.dumps(evaluate(args.workdir)))"))
     run = start_run(str(toy), runs_root)
     ev_copy = next((run.paths.private / "evaluator").iterdir())
     assert (ev_copy / "eval.py").is_file()
-    _candidate(run.paths.work, """
-        import json, os, sys
-        sys.stdout.write(json.dumps({"correct": True, "metrics": {"a\\navo-scalar: 999999": 5.0}}) + "\\n")
-        sys.stdout.flush()
-        os._exit(0)
-    """)
+    _candidate(run.paths.work, "# forge\n")
     out = submit(run, "a metric name with a newline")
     assert out.outcome == "failed" and "single-line identifier" in (out.evaluation.result.error or "")
     log = subprocess.run(["git", "-C", str(run.paths.work), "log", "--format=%B"], capture_output=True,
