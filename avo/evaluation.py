@@ -17,7 +17,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from avo.contract import check_configs, count_results, failed, last_json_object, parse_object, scalar_of
@@ -54,6 +54,7 @@ class Runtime:
     scratch: Path  # a private folder for this evaluation's working files
     secret: str | None = None  # the run's evaluation secret (plugin evaluators only)
     distribution: str | None = None  # the plugin's distribution, for error messages
+    files: dict[str, str] = field(default_factory=dict)  # modules of the copy and their recorded hashes
 
 
 def _fill(template: list[str], target_dir: Path, workdir: Path | None) -> list[str]:
@@ -98,8 +99,8 @@ def _launch(
     check_target_hook(spec, "avo_baselines" if baselines else "avo_evaluate")
     spec_file = rt.scratch / "spec.json"
     spec_file.write_text(spec.model_dump_json())
-    cmd = [*python_command(rt.copy_root), "--module", rt.module, "--plugin", rt.plugin, "--spec", str(spec_file),
-           "--distribution", rt.distribution or "?"]
+    cmd = [*python_command(rt.copy_root, rt.files), "--module", rt.module, "--plugin", rt.plugin,
+           "--spec", str(spec_file), "--distribution", rt.distribution or "?"]
     if workdir is not None:
         cmd += ["--workdir", str(workdir)]
     if baselines:

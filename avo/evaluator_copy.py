@@ -139,11 +139,51 @@ def pycache_dir() -> Path:
     return base / "avo" / "pycache"
 
 
-def python_command(root: Path, pycache: Path | None = None) -> list[str]:
-    """The interpreter command that runs :mod:`avo.evaluator` from the copy at ``root``."""
+# The boot code of the evaluator child. Modules of the copy (the target's package and avo)
+# are imported only from bytes whose hash is the one recorded when the run started, read
+# once and compiled without a bytecode cache: a file swapped and restored around the import,
+# or a .pyc planted in any cache, never runs. Everything else imports as usual.
+_BOOT = """
+import hashlib, importlib.abc, importlib.util, json, sys
+ROOT, FILES = {root!r}, json.loads({manifest!r})
+class Loader(importlib.abc.Loader):
+    def __init__(self, rel): self.rel = rel
+    def create_module(self, spec): return None
+    def exec_module(self, module):
+        data = open(ROOT + "/" + self.rel, "rb").read()
+        if hashlib.sha256(data).hexdigest() != FILES[self.rel]:
+            raise ImportError("avo: " + self.rel + " of the evaluator copy changed since the run started")
+        exec(compile(data, ROOT + "/" + self.rel, "exec", dont_inherit=True), module.__dict__)
+class Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        base = name.replace(".", "/")
+        for rel, package in ((base + "/__init__.py", True), (base + ".py", False)):
+            if rel in FILES:
+                spec = importlib.util.spec_from_file_location(
+                    name, ROOT + "/" + rel, loader=Loader(rel),
+                    submodule_search_locations=[ROOT + "/" + base] if package else None)
+                return spec
+        return None
+sys.meta_path.insert(0, Finder())
+from avo.evaluator import main
+sys.exit(main())
+"""
+
+
+def manifest(package: str | None, evaluator: dict[str, str], runtime: dict[str, str]) -> dict[str, str]:
+    """``{path in the copy: sha256}`` of every module the evaluator child may import from it."""
+    if package is None:
+        return {}
+    files = {(f"{package}/{k}" if package else k): v for k, v in evaluator.items()}
+    files.update({k: v for k, v in runtime.items() if k.startswith("avo/")})
+    return {k: v for k, v in files.items() if k.endswith(".py")}
+
+
+def python_command(root: Path, files: dict[str, str], pycache: Path | None = None) -> list[str]:
+    """The interpreter command that runs :mod:`avo.evaluator` from the copy at ``root``,
+    importing the copy's modules only as ``files`` (their recorded hashes) say."""
     pycache = pycache or pycache_dir()
-    boot = (f"import sys; sys.path.insert(0, {str(root)!r}); "
-            "from avo.evaluator import main; sys.exit(main())")
+    boot = _BOOT.format(root=str(root), manifest=json.dumps(files, sort_keys=True))
     return [sys.executable, "-I", "-X", f"pycache_prefix={pycache}", "-c", boot]
 
 
@@ -199,5 +239,7 @@ def fresh_runtime(spec: TargetSpec, private: Path, label: str, *, sandbox: str |
     level, _ = resolve_level(sandbox or os.environ.get("AVO_SANDBOX", "").strip() or "auto")
     from avo.plugins import plugin_distribution
 
+    runtime = runtime_hashes(module is not None)
     return Runtime(copy, package, module, spec.provider if module else None, level, private / "eval" / label,
-                   distribution=plugin_distribution(spec.provider or "") if module else None)
+                   distribution=plugin_distribution(spec.provider or "") if module else None,
+                   files=manifest(package, hashes, runtime))

@@ -91,7 +91,8 @@ def _prepare_runtime(job: EvalJob, private: Path, label: str) -> Any:
 
     return Runtime(copy, package, module, spec.provider if module else None, job.sandbox,
                    private / "eval" / f"{label}-scratch", job.secret,
-                   plugin_distribution(spec.provider or "") if module else None)
+                   plugin_distribution(spec.provider or "") if module else None,
+                   evaluator_copy.manifest(package, job.evaluator_hashes, job.runtime_hashes))
 
 
 def run_job(job: EvalJob, private: Path, log_path: Path, *, pid_file: Path | None = None,

@@ -51,6 +51,8 @@ class ResourceLimits(BaseModel):
     cpu_seconds: int | None = Field(3600, gt=0, description="RLIMIT_CPU of the evaluator")
     processes: int | None = Field(4096, gt=0, description="RLIMIT_NPROC (per user)")
     open_files: int | None = Field(1024, gt=0, description="RLIMIT_NOFILE")
+    # A candidate writing into its snapshot or scratch folder writes to the real disk.
+    file_size_mb: int | None = Field(256, gt=0, description="RLIMIT_FSIZE in MiB (the largest file written)")
 
 
 class NoiseSpec(BaseModel):

@@ -59,6 +59,7 @@ def _limits_preexec(limits: ResourceLimits) -> Callable[[], None]:
         setlimit(resource.RLIMIT_CPU, limits.cpu_seconds, slack=5)
         setlimit(resource.RLIMIT_NPROC, limits.processes)
         setlimit(resource.RLIMIT_NOFILE, limits.open_files)
+        setlimit(resource.RLIMIT_FSIZE, limits.file_size_mb and limits.file_size_mb << 20)
 
     return apply
 
@@ -194,6 +195,8 @@ def _limit_hint(returncode: int | None, stderr_tail: str, limits: ResourceLimits
         return f"hit the CPU-time limit ({limits.cpu_seconds} s of CPU, RLIMIT_CPU)"
     if "MemoryError" in stderr_tail or "bad_alloc" in stderr_tail or "Cannot allocate memory" in stderr_tail:
         return f"hit the address-space limit ({limits.address_space_mb} MiB, RLIMIT_AS)"
+    if "File too large" in stderr_tail or (returncode is not None and -returncode == signal.SIGXFSZ):
+        return f"hit the file-size limit ({limits.file_size_mb} MiB per file, RLIMIT_FSIZE)"
     if "Too many open files" in stderr_tail:
         return f"hit the open-files limit ({limits.open_files}, RLIMIT_NOFILE)"
     if "Resource temporarily unavailable" in stderr_tail and ("fork" in stderr_tail or "spawn" in stderr_tail):

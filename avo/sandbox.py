@@ -52,7 +52,8 @@ class Sandbox:
     device nodes (a GPU's ``/dev/nvidia*``) bound into the fresh ``/dev`` so they can be
     opened (plain binds are mounted ``nodev``); ``hide`` paths are covered with an empty
     directory (used for installed target packages under a bound prefix); ``env`` is the
-    whole environment inside besides PATH, HOME, TMPDIR and locale.
+    whole environment inside besides PATH, HOME, TMPDIR and locale. ``tmp_mb`` bounds the
+    fresh ``/tmp`` and ``/dev/shm`` (each): tmpfs pages are memory no ``RLIMIT_AS`` counts.
     """
 
     writable: tuple[Path, ...] = ()
@@ -62,6 +63,7 @@ class Sandbox:
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: Path | None = None
     network: bool = False
+    tmp_mb: int = 256
 
 
 @functools.lru_cache(maxsize=1)
@@ -158,7 +160,8 @@ def bwrap_args(box: Sandbox) -> list[str]:
     # program of the candidate's as root outside the sandbox. Read-only, always.
     for name in ("/proc/sys", "/proc/sysrq-trigger"):
         args += ["--ro-bind-try", name, name]
-    args += ["--dev", "/dev", "--tmpfs", "/tmp"]
+    size = str(box.tmp_mb << 20)
+    args += ["--dev", "/dev", "--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/dev/shm"]
     bound = [Path(d) for d in _SYSTEM_DIRS]
     for p in _interpreter_paths():
         if not _covered(p, bound):
@@ -178,9 +181,11 @@ def bwrap_args(box: Sandbox) -> list[str]:
         if not _covered(rp, roots):  # not visible anyway; covering it would create its parents
             continue
         if rp.is_dir():
-            args += ["--tmpfs", str(rp)]
+            args += ["--size", "4096", "--tmpfs", str(rp), "--remount-ro", str(rp)]
         elif rp.exists():
             args += ["--ro-bind", "/dev/null", str(rp)]
+    # The root and /dev are tmpfs mounts bwrap made: read-only, so neither holds a byte.
+    args += ["--remount-ro", "/dev", "--remount-ro", "/"]
     env = {**_BASE_ENV, **box.env}
     for key, value in env.items():
         args += ["--setenv", key, value]
