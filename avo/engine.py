@@ -165,7 +165,9 @@ def _job_fields(run: Run) -> dict[str, Any]:
         run.save()
     level = run.state.sandbox if run.state.sandbox in ("bwrap", "none") else "none"
     return {"run_id": run.state.id, "evaluator_hashes": recorded, "runtime_hashes": runtime, "sandbox": level,
-            "secret": run.state.eval_secret, "workspace": run.paths.private}
+            # A fresh secret per evaluation, recorded only after it: nobody, the agent included,
+            # can know the inputs a candidate will meet before they are drawn.
+            "secret": secrets.token_hex(16), "workspace": run.paths.private}
 
 
 def _executor(run: Run, override: str | None = None, options: dict[str, str] | None = None
@@ -233,7 +235,7 @@ def _tree_job(run: Run, tree: str, label: str, *, screening: bool = False) -> Ev
         shutil.rmtree(snap, ignore_errors=True)
 
 
-def _finish(res: JobResult, log_path: Path) -> Evaluation:
+def _finish(res: JobResult, log_path: Path, secret: str | None = None) -> Evaluation:
     """The evaluation a job's result stands for; a log that came back is kept in logs/."""
     from avo.contract import scalar_of
     from avo.executors import where
@@ -246,7 +248,7 @@ def _finish(res: JobResult, log_path: Path) -> Evaluation:
     scalar, why = scalar_of(result)
     if scalar is None and result.correct:
         result = failed(why or "no scalar", result.notes)
-    return Evaluation(result, scalar, res.wall_s, log_path, where(res))
+    return Evaluation(result, scalar, res.wall_s, log_path, where(res), secret)
 
 
 def _run_jobs(run: Run, jobs: list[EvalJob | Evaluation], *, executor: str | None = None,
@@ -262,7 +264,7 @@ def _run_jobs(run: Run, jobs: list[EvalJob | Evaluation], *, executor: str | Non
     for job in jobs:
         if isinstance(job, EvalJob):
             assert job.log_path is not None
-            out.append(_finish(next(done), job.log_path))
+            out.append(_finish(next(done), job.log_path, job.secret))
         else:
             out.append(job)
     return out
@@ -621,7 +623,6 @@ def start_run(
     state = RunState(
         id=run_id, created=time.time(), avo_version=__version__, target=spec, options=options,
         hashes=_hashes(spec, paths.kb, runs_root), origin=origin, sandbox=level,
-        eval_secret=secrets.token_hex(16),
     )
     run = Run(paths, state)
     lineage = run.lineage
@@ -636,7 +637,7 @@ def start_run(
     if both:
         say("measuring the baselines at the same time ...")
         seed_res, base_res = executors.execute_many(name, [seed_job, base_job], opts, 2)  # type: ignore[list-item]
-        evaluation = _finish(seed_res, seed_job.log_path)  # type: ignore[union-attr,arg-type]
+        evaluation = _finish(seed_res, seed_job.log_path, seed_job.secret)  # type: ignore[union-attr,arg-type]
     else:
         evaluation = _run_jobs(run, [seed_job])[0]
     if evaluation.scalar is None:
@@ -668,7 +669,7 @@ def start_run(
                                           else f"failed: {ev.result.error}"))
     v0 = Version(n=0, sha="", tree="", scalar=evaluation.scalar, metrics=evaluation.result.metrics,
                  message="seed x_0" if origin is None else f"seed from {origin}", step=0,
-                 time=time.time(), notes=evaluation.result.notes, new_best=True)
+                 time=time.time(), notes=evaluation.result.notes, new_best=True, secret=evaluation.secret)
     final_tree = lineage.tree_with_file(tree, SCORES_FILE, scores_line(v0).encode())
     started_on = terms(state)
     sha = lineage.commit_tree(final_tree, None, _commit_message(0, v0.message, v0.scalar, v0.metrics, spec.name,
@@ -684,7 +685,7 @@ def start_run(
                               "options": options.model_dump(), "terms": started_on})
     append_trajectory(paths, {"kind": "eval", "id": "seed", "step": 0, "tree": tree, "scalar": v0.scalar,
                               "metrics": v0.metrics, "correct": True, "wall_s": round(evaluation.wall_s, 3),
-                              "sandbox": state.sandbox, "where": evaluation.where,
+                              "sandbox": state.sandbox, "where": evaluation.where, "secret": evaluation.secret,
                               "notes": evaluation.result.notes, "log": str(evaluation.log_path.name)})
     for b in state.baselines:
         append_trajectory(paths, {"kind": "baseline", "name": b.name, "scalar": b.scalar, "metrics": b.metrics,
@@ -702,18 +703,16 @@ def start_run(
 
 
 def _nondeterminism(run: Run, tree: str, evaluation: Evaluation, screening: bool = False) -> str | None:
-    """On a target that declares no noise (or that replays a tree exactly), the same tree must
-    score the same every time."""
+    """On a target that declares no noise, the same tree must score the same every time."""
     noise = run.state.options.noise
-    if (noise.band > 0 and not noise.replays_exactly) or evaluation.scalar is None:
+    if noise.band > 0 or evaluation.scalar is None:
         return None
     for record in read_trajectory(run.paths):
         if record.get("tree") == tree and record.get("scalar") is not None \
                 and bool(record.get("screening")) == screening \
                 and record.get("metrics") != evaluation.result.metrics:
             return (f"this exact tree scored {fmt_number(record['scalar'])} in {record.get('id')} and "
-                    f"{fmt_number(evaluation.scalar)} now, but the target "
-                    f"{'replays a tree exactly' if noise.replays_exactly else 'declares no noise'}: the candidate "
+                    f"{fmt_number(evaluation.scalar)} now, but the target declares no noise: the candidate "
                     "is not deterministic (pacing by the clock?), so its score depends on the machine's load")
     return None
 
@@ -750,6 +749,7 @@ def evaluate_work(run: Run, *, quick: bool = False, executor: str | None = None,
             "metrics": evaluation.result.metrics, "error": evaluation.result.error,
             "gain_vs_best": g, "wall_s": round(evaluation.wall_s, 3), "log": evaluation.log_path.name,
             "warning": warning, "screening": screening, "sandbox": run.state.sandbox, "where": evaluation.where,
+            "secret": evaluation.secret,
         })
         return EvalReport(evaluation, tree, best, g, warning, screening)
 
@@ -876,13 +876,6 @@ def submit(
             if verdict != "confirm":
                 decision = single_decision(scalar, reference, best.n, direction, tie)
                 accepted, new_best, reason = decision.accepted, decision.new_best, decision.reason
-            elif state.options.noise.replays_exactly:
-                # Each tree replays its own inputs exactly: the repeats would be these numbers.
-                k = state.options.noise.confirm_runs
-                decision = confirm([scalar] * (k + 1), [best.scalar] * k, direction, band)
-                accepted, new_best, scalar = decision.accepted, decision.new_best, decision.scalar
-                reason = f"{decision.reason}; the target replays a tree exactly, so no re-measurement was run"
-                confirm_info = {"replayed": True, "runs": k}
             else:
                 say(f"gain {g:+.1%} is inside the noise band (±{band:.0%}): re-measuring the candidate and "
                     f"v{best.n} {state.options.noise.confirm_runs}× each, interleaved ...")
@@ -910,7 +903,7 @@ def submit(
             "best_before": best.n, "reason": reason, "wall_s": round(evaluation.wall_s, 3),
             "log": evaluation.log_path.name, "fingerprint": fingerprint, "sandbox": state.sandbox,
             "new_best": new_best,
-            "where": evaluation.where,
+            "where": evaluation.where, "secret": evaluation.secret,
         }
         if confirm_info:
             record["confirm"] = confirm_info
@@ -922,7 +915,7 @@ def submit(
             n = len(state.versions)
             version = Version(n=n, sha="", tree="", scalar=scalar, metrics=evaluation.result.metrics,
                               message=message, step=step, time=time.time(), notes=evaluation.result.notes,
-                              spread=evaluation.result.spread, new_best=new_best)
+                              spread=evaluation.result.spread, new_best=new_best, secret=evaluation.secret)
             scores = "".join(scores_line(v) for v in [*state.versions, version])
             # Built from tree objects, no index: nothing another process writes can change it;
             # verified anyway before anything points at it.

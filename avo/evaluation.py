@@ -36,6 +36,7 @@ class Evaluation:
     wall_s: float
     log_path: Path
     where: str | None = None  # the executor and node that produced it (avo.executors.where)
+    secret: str | None = None  # the fresh secret it drew its inputs with (recorded after it ended)
 
 
 @dataclass(frozen=True)

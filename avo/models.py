@@ -61,18 +61,12 @@ class NoiseSpec(BaseModel):
     ``band`` is the relative spread of one measurement (0.03 = ±3 %). A candidate whose
     gain over the best is inside the band is re-measured ``confirm_runs`` times,
     interleaved with the best version, and the medians decide.
-
-    ``replays_exactly``: the same tree always scores exactly the same, and the band is the
-    spread *between* trees (each tree meets its own inputs, drawn from its content). Re-
-    measuring would only repeat the numbers, so none is spent: the decision is the one the
-    repeats would give, and a tree that scores differently twice is flagged.
     """
 
     model_config = ConfigDict(extra="forbid")
 
     band: float = Field(0.0, ge=0.0, lt=1.0)
     confirm_runs: int = Field(3, ge=1, le=50)
-    replays_exactly: bool = False
 
 
 class WorkLimits(BaseModel):
@@ -149,9 +143,10 @@ class EvalOptions(BaseModel):
     log_dir: Path | None = Field(None, description="Where the evaluator may write full logs")
     seed: int | None = None
     secret: str | None = Field(
-        None, description="The run's evaluation secret (never shown to candidates); with the "
-        "candidate's content it derives inputs the candidate cannot know in advance: see "
-        "avo.eval_inputs. None outside a run (conformance suites).")
+        None, description="This evaluation's secret: fresh random bytes drawn when it starts, known "
+        "only to the trusted evaluator, recorded in the trajectory after it ends (so `avo verify` "
+        "replays it). With the candidate's content it derives inputs nobody can know in advance: "
+        "see avo.eval_inputs. None outside a run (conformance suites).")
 
 
 class EvalResult(BaseModel):

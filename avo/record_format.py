@@ -32,9 +32,8 @@ def scores_file(versions: list[Version]) -> str:
 
 def terms(state: RunState) -> dict[str, Any]:
     """The terms a run was started on: the target's spec, the options, the configs, the
-    evaluator's and the KB's hashes, the sandbox level and the evaluation secret (an edited
-    hash would let a changed evaluator pass the integrity check; a chosen secret would let
-    an agent pick the inputs its candidate meets).
+    evaluator's and the KB's hashes and the sandbox level (an edited hash would let a changed
+    evaluator pass the integrity check).
 
     Only the step budget may change later (``avo evolve --max-steps``).
     """
@@ -42,8 +41,7 @@ def terms(state: RunState) -> dict[str, Any]:
             "options": state.options.model_dump(mode="json", exclude={"max_steps"}),
             "configs": list(state.configs),
             "hashes": state.hashes,
-            "sandbox": state.sandbox,
-            "eval_secret": state.eval_secret}
+            "sandbox": state.sandbox}
 
 
 def terms_digest(data: dict[str, Any]) -> str:

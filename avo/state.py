@@ -40,6 +40,8 @@ class Version(BaseModel):
     notes: str | None = None
     spread: dict[str, float] | None = None
     new_best: bool = False
+    # The secret its accepted evaluation drew inputs with, so `avo verify` replays them.
+    secret: str | None = None
 
 
 class Baseline(BaseModel):
@@ -102,8 +104,6 @@ class RunState(BaseModel):
     # The isolation every evaluation of this run gets (avo.sandbox): bwrap or none. Runs
     # recorded before the sandbox existed had none.
     sandbox: str = "none"
-    # Mixed with each candidate's digest into inputs it cannot know in advance (avo.eval_inputs).
-    eval_secret: str | None = None
     # The trajectory's last line (its number and hash); written by append_trajectory only.
     chain: ChainHead | None = None
 

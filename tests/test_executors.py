@@ -107,7 +107,7 @@ def test_a_run_on_another_executor_sends_it_everything_and_only_to_its_provider(
     assert seed_job.archive is not None
     assert hashlib.sha256(seed_job.archive).hexdigest() == seed_job.archive_sha256
     assert seed_job.tree is not None and len(seed_job.tree) == 40
-    assert seed_job.secret == run.state.eval_secret and seed_job.secret
+    assert seed_job.secret and run.state.versions[0].secret == seed_job.secret  # fresh, recorded after
     assert seed_job.evaluator_hashes == run.state.hashes["evaluator"]
     assert seed_job.runtime_hashes == run.state.hashes["runtime"]
     assert seed_job.sandbox == run.state.sandbox and seed_job.timeout == 60

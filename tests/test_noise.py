@@ -126,36 +126,3 @@ def test_a_tree_that_scores_differently_on_a_noiseless_target_is_flagged(
     out = submit(run, "same tree a third time")
     assert any("not deterministic" in note for note in out.notes)
 
-
-REPLAYING = textwrap.dedent(
-    """
-    import hashlib, json, os, runpy, sys
-    from pathlib import Path
-    workdir = Path(sys.argv[1])
-    ns = runpy.run_path(str(workdir / "model.py"))
-    counter = Path(os.environ["NOISE_COUNTER"])
-    counter.write_text(str(int(counter.read_text()) + 1 if counter.exists() else 1))
-    # Inputs drawn from the tree's own content: the same tree always meets the same ones.
-    draw = int(hashlib.sha256((workdir / "model.py").read_bytes()).hexdigest(), 16) % 61 - 30
-    print(json.dumps({"correct": True, "metrics": {"speed": 100.0 * ns["QUALITY"] * (1 + draw / 1000)}}))
-    """
-)
-
-
-def test_a_target_that_replays_exactly_spends_no_re_measurements(noisy: Path, runs_root: Path,
-                                                                  tmp_path: Path, core_plugins: None) -> None:
-    (noisy / "eval.py").write_text(REPLAYING)
-    spec = (noisy / "target.yaml").read_text().replace("{band: 0.05, confirm_runs: 5}",
-                                                       "{band: 0.05, confirm_runs: 4, replays_exactly: true}")
-    (noisy / "target.yaml").write_text(spec)
-    run = start_run(str(noisy), runs_root, stall_limit=10)
-    counter = tmp_path / "counter"
-    before = int(counter.read_text())
-    best = run.state.best_version.scalar
-    set_model(run.paths.work, 1.01, seed=5)  # a gain of about 1 %: inside the ±5 % band
-    out = submit(run, "one percent better, maybe")
-    assert int(counter.read_text()) == before + 1, "a re-measurement was spent on a tree that replays exactly"
-    assert "no re-measurement was run" in out.reason
-    # The decision the repeats would give: the gain must clear band / sqrt(confirm_runs).
-    g = out.evaluation.scalar / best - 1
-    assert out.outcome == ("accepted" if g >= 0.05 / 2 else "rejected"), (g, out.reason)

@@ -9,5 +9,5 @@ class TestGame2048Conformance(TargetConformance):
     target = "game2048"
     garbage = "def choose_move(board):\n    return (((\n"
     hostile = "import os\nos.system({shell_py})\n{original}"
-    # The band is the spread between trees (each plays its own games); one tree replays exactly.
+    # Outside a run there is no secret: the public seeds, the same games every time.
     reproducibility_tolerance = 0.0

@@ -66,10 +66,10 @@ def test_a_run_starts_measures_the_ladder_and_accepts_a_better_player(tmp_path: 
     assert outcome.outcome == "accepted", outcome.reason
     assert outcome.best.scalar > 2 * seed_score
 
-    # Shipped and re-checked: the same tree under the run's recorded secret replays its games.
+    # Shipped and re-checked: the best version's recorded secret replays its very games.
     from avo.examples import export_run, verify_example
 
-    assert run.state.eval_secret
+    assert outcome.best.secret
     example = tmp_path / "example"
     export_run(open_run(run.paths.root, runs), example, plot=False)
     check = verify_example(example)
