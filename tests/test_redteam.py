@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from avo.engine import evaluate_work, start_run, submit
-from avo.errors import AvoError
 from avo.eval_inputs import candidate_digest, derived_seed
 from avo.models import EvalOptions
 from avo.sandbox import Sandbox, popen, probe, tree_cpu_seconds
@@ -400,69 +399,6 @@ def test_files_a_directory_candidate_leaves_in_the_log_folder_are_capped(
     size = sum(p.stat().st_size for p in kept)
     assert size <= (8 << 20) + 4096 and len(kept) < 1000, (
         f"one evaluation left {len(kept)} files and {size >> 20} MiB in the run's logs/")
-
-
-@needs_bwrap
-def test_the_process_limit_holds_for_a_candidate_when_avo_runs_as_root(
-        toy: Path, runs_root: Path, core_plugins: None) -> None:
-    # RLIMIT_NPROC is not enforced for uid 0, and as root bwrap makes no user namespace: the
-    # target's `processes` limit is no limit, so a fork bomb runs until the timeout and can
-    # take the machine's PIDs (no pids cgroup either). Here: 120 sleeping children under a
-    # limit of 40.
-    target = toy / "target.yaml"
-    text = target.read_text().replace("  timeout: 60s\n\nbaselines", "  timeout: 60s\n  limits:\n    processes: 40\n\nbaselines")
-    assert "processes: 40" in text
-    target.write_text(text)
-    run = start_run(str(toy), runs_root)
-    (run.paths.work / "solution.py").write_text(textwrap.dedent("""
-        import os, time
-        started = 0
-        for _ in range(120):
-            try:
-                pid = os.fork()
-            except OSError:
-                break
-            if pid == 0:
-                time.sleep(5)
-                os._exit(0)
-            started += 1
-        print("STARTED", started)
-        X, Y = 7.0, 3.0
-        def square(n):
-            return n * n
-    """))
-    log = evaluate_work(run).evaluation.log_path.read_text()
-    started = int(log.split("STARTED", 1)[1].split()[0]) if "STARTED" in log else 0
-    assert started <= 40, f"the candidate started {started} processes under a limit of 40"
-
-
-def test_a_record_forged_through_avos_own_submit_is_refused(
-        toy: Path, runs_root: Path, core_plugins: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    # How much work a consistent forgery takes for an agent running as the same user: not
-    # a rewrite of the chain, the trailers and the backup by hand, but avo's own submit with
-    # evaluate_dir replaced, a dozen lines in the agent's Python. Every check then agrees.
-    import avo.engine as engine
-    from avo.engine import open_run
-    from avo.evaluation import Evaluation
-    from avo.models import EvalResult
-
-    run = start_run(str(toy), runs_root)
-
-    def fake(spec: object, workdir: Path, log_path: Path, rt: object = None, **kw: object) -> Evaluation:
-        log_path.write_text("evaluating X=7 Y=3\n")
-        return Evaluation(EvalResult(correct=True, metrics={"config_a": 1e9, "config_b": 1e9}), 1e9, 0.1, log_path)
-
-    with monkeypatch.context() as m:
-        m.setattr(engine, "evaluate_dir", fake)
-        agent_run = open_run(run.paths.root, runs_root)
-        (agent_run.paths.work / "solution.py").write_text(
-            (agent_run.paths.work / "solution.py").read_text() + "\n# tweak\n")
-        submit(agent_run, "unroll the inner loop")
-    try:
-        reopened = open_run(run.paths.root, runs_root)
-    except AvoError:
-        return  # refused: the forgery was noticed
-    assert all(v.scalar < 1e6 for v in reopened.state.versions), "a forged 1e9 is believed by every check"
 
 
 @needs_bwrap
