@@ -880,7 +880,8 @@ def submit(
                 say(f"gain {g:+.1%} is inside the noise band (±{band:.0%}): re-measuring the candidate and "
                     f"v{best.n} {state.options.noise.confirm_runs}× each, interleaved ...")
                 cand_runs, best_runs, errors = _confirm_runs(run, tree, scalar)
-                state.remeasured.setdefault(best.n, []).extend(best_runs)
+                if best_runs:
+                    state.remeasured.setdefault(best.n, []).extend(best_runs)
                 confirm_info = {"candidate": cand_runs, "best": best_runs}
                 if errors:
                     reason = f"a confirmation run failed: {errors[0]}"

@@ -155,6 +155,7 @@ def _record_problems_elsewhere(paths: RunPaths, state: RunState, records: list[d
         elif r.get("kind") == "supervisor_record":
             due = None
     recorded = {k: v for k, v in state.remeasured.items() if v}
+    remeasured = {k: v for k, v in remeasured.items() if v}  # a confirmation that failed at once
     if recorded != remeasured:
         problems.append(f"run.json's re-measurements of the best {recorded} are not those the trajectory "
                         f"records {remeasured}")

@@ -116,6 +116,7 @@ def _restore_counters(paths: RunPaths, state: RunState) -> list[str]:
         elif r.get("kind") == "supervisor_record":
             due = None
     notes = []
+    remeasured = {k: v for k, v in remeasured.items() if v}
     if {k: v for k, v in state.remeasured.items() if v} != remeasured:
         notes.append(f"re-measurements {state.remeasured} -> {remeasured} (from the trajectory)")
         state.remeasured = remeasured
