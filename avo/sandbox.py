@@ -375,6 +375,7 @@ def _ns_last_pid(inside: int) -> tuple[int, int] | None:
     """
     import ctypes
     import fcntl
+    import warnings
 
     try:
         pid_fd = os.open(f"/proc/{inside}/ns/pid", os.O_RDONLY)
@@ -390,7 +391,9 @@ def _ns_last_pid(inside: int) -> tuple[int, int] | None:
             join_user = os.fstat(user_fd).st_ino != os.stat("/proc/self/ns/user").st_ino
             libc = ctypes.CDLL(None, use_errno=True)
             r, w = os.pipe()
-            child = os.fork()
+            with warnings.catch_warnings():  # 3.12+ warns on fork with threads; the child only makes system calls
+                warnings.simplefilter("ignore", DeprecationWarning)
+                child = os.fork()
             if child == 0:  # only system calls from here on: this process may have threads
                 status = 2
                 try:
