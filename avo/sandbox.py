@@ -343,3 +343,177 @@ def tree_threads(root: int) -> dict[int, int]:
         except OSError:
             continue
     return out
+
+
+# -- tasks created inside a sandbox ----------------------------------------------------------
+
+_CLONE_NEWUSER, _CLONE_NEWPID = 0x10000000, 0x20000000
+_NS_GET_USERNS = 0xB701  # ioctl on a namespace file: the user namespace that owns it
+# Probe tasks this process has put into each sandbox's PID namespace (by namespace inode).
+_probes: dict[int, int] = {}
+
+
+def _inside_pid(root: int) -> int | None:
+    """A process under ``root`` that lives in another PID namespace than ours (the sandbox's init)."""
+    try:
+        ours = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+    for pid in tree_pids(root):
+        try:
+            if os.stat(f"/proc/{pid}/ns/pid").st_ino != ours:
+                return pid
+        except OSError:
+            continue
+    return None
+
+
+def _ns_last_pid(inside: int) -> tuple[int, int] | None:
+    """``(namespace inode, last pid)`` of ``inside``'s PID namespace, read from a probe inside it.
+
+    ``ns_last_pid`` is answered for the reader's own PID namespace, whatever ``/proc`` it is
+    read through, so a probe must join the namespace: a child of ours enters the user
+    namespace that owns it (where we, its creator's user, hold every capability) and then
+    the PID namespace, and its own child (the probe, one task in the sandbox) reads it.
+    ``None`` when that is not possible here; :class:`SandboxError` when the probe was
+    killed (a sandboxed process can see it and has the same user).
+    """
+    import ctypes
+    import fcntl
+    import warnings
+
+    try:
+        pid_fd = os.open(f"/proc/{inside}/ns/pid", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        ino = os.fstat(pid_fd).st_ino
+        try:
+            user_fd = fcntl.ioctl(pid_fd, _NS_GET_USERNS)
+        except OSError:
+            return None
+        try:
+            join_user = os.fstat(user_fd).st_ino != os.stat("/proc/self/ns/user").st_ino
+            libc = ctypes.CDLL(None, use_errno=True)
+            r, w = os.pipe()
+            with warnings.catch_warnings():  # 3.12+ warns on fork with threads; the child only makes system calls
+                warnings.simplefilter("ignore", DeprecationWarning)
+                child = os.fork()
+            if child == 0:  # only system calls from here on: this process may have threads
+                status = 2
+                try:
+                    os.close(r)
+                    if (join_user and libc.setns(user_fd, _CLONE_NEWUSER) != 0) or \
+                            libc.setns(pid_fd, _CLONE_NEWPID) != 0:
+                        os._exit(2)
+                    probe = os.fork()
+                    if probe == 0:
+                        try:
+                            fd = os.open("/proc/sys/kernel/ns_last_pid", os.O_RDONLY)
+                            os.write(w, b"=" + os.read(fd, 32))
+                        finally:
+                            os._exit(0)
+                    _, code = os.waitpid(probe, 0)
+                    status = 0 if os.WIFEXITED(code) else 3
+                finally:
+                    os._exit(status)
+            os.close(w)
+            with os.fdopen(r, "rb") as pipe:
+                data = pipe.read()
+            _, code = os.waitpid(child, 0)
+        finally:
+            os.close(user_fd)
+    finally:
+        os.close(pid_fd)
+    if os.WIFEXITED(code) and os.WEXITSTATUS(code) == 2:
+        return None  # not allowed to join the namespace here
+    if not data.startswith(b"=") or not os.WIFEXITED(code) or os.WEXITSTATUS(code) != 0:
+        raise SandboxError("the probe that counts the sandbox's tasks was killed inside the sandbox")
+    _probes[ino] = _probes.get(ino, 0) + 1
+    return ino, int(data[1:])
+
+
+def tasks_created(root: int) -> int | None:
+    """How many tasks (processes and threads) have ever been created in ``root``'s sandbox.
+
+    ``root`` is the bubblewrap process (``proc.pid`` of :func:`popen`). The sandbox has its
+    own PID namespace, which numbers every new task, thread or process, one past the last:
+    its last pid minus the probes this process put in to read it counts every task started
+    since the sandbox began, including those that ended long ago, unreaped or reaped by the
+    kernel (``SIGCHLD`` ignored). Take a baseline when the worker is ready and compare: a
+    worker allowed no helpers must not make it grow. (An attacker could only hide tasks by
+    creating about ``kernel.pid_max`` of them, so the count wraps around.)
+
+    ``None`` where ``root`` has no PID namespace of its own (level ``none``, or it ended) or
+    this machine does not let us join it; :class:`SandboxError` if the probe was killed.
+    Each call forks twice (a few milliseconds): call it at audit points, not in a loop.
+    """
+    inside = _inside_pid(root)
+    if inside is None:
+        return None
+    seen = _ns_last_pid(inside)
+    if seen is None:
+        return None
+    ino, last = seen
+    return last - _probes[ino]
+
+
+# -- sampled CPU of a whole sandbox -----------------------------------------------------------
+
+
+class CpuMeter:
+    """CPU seconds used by everything that ran under ``root``, counted by sampling ``/proc``.
+
+    :func:`tree_cpu_seconds` sums live processes only: a child whose parent ignores
+    ``SIGCHLD`` is reaped by the kernel itself and its CPU lands in nobody's ``cutime``. The
+    meter remembers, per process (pid and start time), the largest own CPU (utime + stime)
+    it has seen, so a process that ends keeps what it showed; the reaped-children CPU
+    (cutime + cstime) of each process counts only by how much it grows beyond the last-seen
+    CPU of its children that ended in the same interval (those are counted already).
+
+    Call :meth:`sample` often (before and after each timed call, and every tens of
+    milliseconds in a wait). A process that lives shorter than the sampling period and is
+    reaped by the kernel is never seen: use :func:`tasks_created` to catch those. A child
+    that ends unreaped in the same interval as a sibling is reaped by their parent may
+    hide that sibling's CPU up to its own last-seen CPU (it is never double counted).
+    """
+
+    def __init__(self, root: int) -> None:
+        self.root = root
+        self._tick = os.sysconf("SC_CLK_TCK")
+        # (pid, start time) -> [ppid, own ticks, reaped-children ticks]
+        self._seen: dict[tuple[int, int], list[int]] = {}
+        self._ticks = 0
+
+    def sample(self) -> float:
+        """Read every live process under ``root`` now; returns :meth:`seconds`."""
+        now: dict[tuple[int, int], list[int]] = {}
+        for pid in tree_pids(self.root):
+            fields = _stat_fields(pid)
+            if fields is None:
+                continue
+            now[(pid, int(fields[19]))] = [int(fields[1]), int(fields[11]) + int(fields[12]),
+                                           int(fields[13]) + int(fields[14])]
+        # Last-seen CPU of processes that ended, handed up to their nearest live ancestor
+        # (whose cutime it may reappear in): parent pid -> ticks.
+        gone = {key[0]: (ppid, own + kids) for key, (ppid, own, kids) in self._seen.items() if key not in now}
+        ended: dict[int, int] = {}
+        for ppid, ticks in gone.values():
+            hops = 0
+            while ppid in gone and hops < len(gone):
+                ppid, hops = gone[ppid][0], hops + 1
+            ended[ppid] = ended.get(ppid, 0) + ticks
+        for key, (ppid, own, kids) in now.items():
+            before = self._seen.get(key)
+            own0, kids0 = (before[1], before[2]) if before else (0, 0)
+            self._ticks += max(own - own0, 0)
+            self._ticks += max(kids - kids0 - ended.get(key[0], 0), 0)
+            if before:
+                own, kids = max(own, own0), max(kids, kids0)
+            now[key] = [ppid, own, kids]
+        self._seen = now
+        return self.seconds()
+
+    def seconds(self) -> float:
+        """CPU seconds counted so far (10 ms tick resolution)."""
+        return self._ticks / self._tick

@@ -20,7 +20,7 @@ import pytest
 from avo.engine import evaluate_work, start_run, submit
 from avo.eval_inputs import candidate_digest, derived_seed
 from avo.models import EvalOptions
-from avo.sandbox import Sandbox, popen, probe, tree_cpu_seconds
+from avo.sandbox import CpuMeter, Sandbox, popen, probe, tasks_created, tree_cpu_seconds
 
 needs_bwrap = pytest.mark.skipif(not probe()[0], reason=f"bubblewrap cannot run here: {probe()[1]}")
 
@@ -146,11 +146,51 @@ def test_cpu_of_children_reaped_automatically_is_counted(tmp_path: Path) -> None
     """
     proc = popen([sys.executable, "-c", textwrap.dedent(code)], Sandbox(writable=(tmp_path,), cwd=tmp_path),
                  level="bwrap")
-    last = 0.0
+    meter, live = CpuMeter(proc.pid), 0.0
     while proc.poll() is None:
-        last = tree_cpu_seconds(proc.pid) or last
+        meter.sample()
+        live = tree_cpu_seconds(proc.pid) or live
         time.sleep(0.05)
-    assert last >= 0.6, f"0.8 s of a helper's CPU disappeared: the tree counted {last:.2f} s"
+    assert meter.seconds() >= 0.6, (f"0.8 s of a helper's CPU disappeared: the meter counted {meter.seconds():.2f} s "
+                                    f"(the live tree {live:.2f} s)")
+    assert meter.seconds() < live + 1.2, "the meter counted the helper's CPU more than once"
+
+
+@needs_bwrap
+def test_a_child_reaped_by_the_kernel_between_two_looks_is_counted_as_a_task(tmp_path: Path) -> None:
+    # A helper that lives less than any sampling period is never seen by CpuMeter: the
+    # sandbox's PID namespace still numbered it, and tasks_created says so.
+    ready, go = tmp_path / "ready", tmp_path / "go"
+    code = f"""
+        import os, signal, time
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+        open({str(ready)!r}, "w").close()
+        while not os.path.exists({str(go)!r}):
+            time.sleep(0.01)
+        for _ in range(3):
+            if os.fork() == 0:
+                os._exit(0)
+        time.sleep(0.3)
+        open({str(ready)!r} + "2", "w").close()
+        time.sleep(30)
+    """
+    proc = popen([sys.executable, "-c", textwrap.dedent(code)], Sandbox(writable=(tmp_path,), cwd=tmp_path),
+                 level="bwrap")
+    try:
+        while not ready.exists():
+            assert proc.poll() is None, "the sandboxed script ended early"
+            time.sleep(0.02)
+        before = tasks_created(proc.pid)
+        assert before is not None, "tasks_created cannot read the sandbox's PID namespace"
+        assert tasks_created(proc.pid) == before, "reading the count changed it"
+        go.touch()
+        while not Path(str(ready) + "2").exists():
+            time.sleep(0.02)
+        after = tasks_created(proc.pid)
+        assert after == before + 3, f"3 helpers reaped by the kernel counted as {after - before} new task(s)"
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 @needs_bwrap

@@ -183,6 +183,9 @@ class Worker:
         self.pid, self.watch = self._find_worker(harness / "worker.py")
         self._clock = ((~self.pid) << 3) | _CPUCLOCK_SCHED
         self._reaped0 = self._reaped()
+        # Every task the sandbox creates from now on (a thread or a process, even one the
+        # kernel reaps itself with SIGCHLD ignored, whose CPU lands in nobody's cutime).
+        self._tasks0 = self._tasks() if threads == 1 and candidate else None
         # The no-op round trip, measured before any candidate code is in the worker, so a
         # kernel cannot inflate it (and with it what is subtracted from every call).
         noops = [self.request({"op": "noop"}, 10.0, "timing a no-op round trip") for _ in range(NOOP_ROUNDS)]
@@ -362,6 +365,15 @@ class Worker:
                 ticks += sum(int(v) for v in init[11:15])
         return ticks / os.sysconf("SC_CLK_TCK")
 
+    def _tasks(self) -> int | None:
+        from avo.sandbox import SandboxError, tasks_created
+
+        try:
+            return tasks_created(self.proc.pid)
+        except SandboxError as exc:
+            self._kill()
+            raise SandboxFailure(f"{exc}: the kernel may not touch the evaluator's processes") from None
+
     def audit(self, what: str, cost: CallTime | None = None) -> None:
         """Fail naming what the kernel started: threads (1-thread mode), any process, off-thread CPU."""
         if not self.candidate:
@@ -391,6 +403,12 @@ class Worker:
             self._kill()
             raise SandboxFailure(f"child processes of the kernel that already ended used {reaped:.2f} s of CPU "
                                  f"while {what}; the kernel may not start processes")
+        if self._tasks0 is not None:
+            created = (self._tasks() or self._tasks0) - self._tasks0
+            if created > 0:
+                self._kill()
+                raise SandboxFailure(f"the kernel created {created} thread(s) or process(es) that ended before the "
+                                     f"audit while {what}{hint}; the kernel may not start processes")
 
     def audit_tree(self, what: str) -> None:
         """The whole sandbox (``avo.sandbox.tree_threads``): only its launcher chain and the worker."""

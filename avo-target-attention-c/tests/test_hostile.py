@@ -45,8 +45,11 @@ def test_work_on_a_joined_thread_is_detected_and_named(candidate: Make, evaluate
         HONEST;""")
     result = evaluate(candidate(kernel, cflags="-pthread"))
     assert not result.correct and result.error is not None
-    assert "on a thread other than the calling one" in result.error
-    assert "that thread ended before the call returned" in result.error
+    # Named by its CPU off the calling thread, or (at a gate shape too small for that) as
+    # a task the sandbox's PID namespace counted that had ended by the audit.
+    assert ("on a thread other than the calling one" in result.error
+            and "that thread ended before the call returned" in result.error
+            or "created 1 thread(s) or process(es) that ended before the audit" in result.error), result.error
     assert "1-thread mode allows no other threads" in result.error
 
 
@@ -68,7 +71,10 @@ def test_work_in_a_child_process_is_detected(candidate: Make, evaluate: Eval) ->
     if (pid > 0) waitpid(pid, NULL, 0); else HONEST;""")
     result = evaluate(candidate(kernel))
     assert not result.correct and result.error is not None
-    assert "child processes of the kernel that already ended used" in result.error
+    # By its reaped CPU, or (at a gate shape too small to show a tick of it) as a task the
+    # sandbox's PID namespace counted.
+    assert ("child processes of the kernel that already ended used" in result.error
+            or "created 1 thread(s) or process(es) that ended before the audit" in result.error), result.error
     assert "the kernel may not start processes" in result.error
 
 

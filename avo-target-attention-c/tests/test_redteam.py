@@ -27,3 +27,4 @@ def test_work_in_a_child_reaped_by_the_kernel_itself_is_detected(candidate: Make
     assert honest.correct, honest.error
     assert not cheat.correct, (f"a kernel whose work ran in an auto-reaped child was accepted: {cheat.metrics} "
                                f"against the honest {honest.metrics}")
+    assert "may not start processes" in (cheat.error or ""), cheat.error

@@ -150,6 +150,7 @@ class Suite:
         self.noop_s = 0.0
         self.ref_shape: TreeShape | None = None
         self._ended0 = ((0.0, 0.0), (0.0, 0.0))
+        self._tasks0: tuple[int | None, int | None] = (None, None)
         self._ended_sum = (0.0, 0.0, 0.0, 0.0)
 
     # -- workers -------------------------------------------------------------------------
@@ -227,6 +228,13 @@ class Suite:
             )
         return err
 
+    @staticmethod
+    def _tasks(worker: Worker, name: str) -> int | None:
+        try:
+            return worker.tasks()
+        except WorkerFailure as exc:
+            raise CandidateFailure(f"config {name}: {exc}") from None
+
     def _police(self, worker: Worker, name: str, cpu_in_calls: float, wall_in_calls: float,
                 last: bool = False) -> None:
         """Fail a candidate whose sandbox runs more than the reference worker's does."""
@@ -264,6 +272,14 @@ class Suite:
                 f"config {name}: {worker.label} started threads it was not allowed: threads that have "
                 f"already ended used {threads_s:.2f} s of CPU in its worker during the timed calls (the "
                 f"reference worker's: {ref_threads_s:.2f} s), e.g. a helper thread started and joined in a call")
+        (w_tasks, r_tasks), created = self._tasks0, self._tasks(worker, name)
+        if w_tasks is not None and created is not None and r_tasks is not None:
+            ref_created = (self._tasks(self.ref, name) or r_tasks) - r_tasks
+            if created - w_tasks > ref_created:
+                raise CandidateFailure(
+                    f"config {name}: {worker.label} started threads or processes it was not allowed: "
+                    f"{created - w_tasks} task(s) were created in its sandbox during the timed calls (the reference "
+                    f"worker's: {ref_created}), e.g. a child process the kernel reaps itself with SIGCHLD ignored")
         escapes = worker.affinity_escapes()
         if escapes:
             raise CandidateFailure(f"config {name}: {worker.label} changed its CPU pinning: "
@@ -322,6 +338,7 @@ class Suite:
             # What ended threads and processes did so far (compiling, at the gate) is allowed;
             # what they do in timed calls adds up over the configs.
             self._ended0 = (worker.ended_work(), ref.ended_work())
+            self._tasks0 = (self._tasks(worker, name), self._tasks(ref, name))
             for rep in range(self.reps):
                 call = 1 + WARMUP_CALLS + rep
                 self._write_call(idx, call)

@@ -19,7 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from avo.sandbox import Sandbox, installed_package_dirs, interpreter, popen, tree_cpu_seconds, tree_pids
+from avo.sandbox import (
+    CpuMeter,
+    Sandbox,
+    SandboxError,
+    installed_package_dirs,
+    interpreter,
+    popen,
+    tasks_created,
+    tree_pids,
+)
 
 HERE = Path(__file__).resolve().parent
 HARNESS = HERE / "worker.py"
@@ -134,6 +143,8 @@ class Worker:
         self.proc = popen([interpreter(), "-I", str(harness / "worker.py")], box,
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
                           preexec_fn=lambda: os.sched_setaffinity(0, self.cpus))
+        # Sampled, so a process the kernel reaps itself (SIGCHLD ignored) keeps the CPU it showed.
+        self._meter = CpuMeter(self.proc.pid)
         self._buf = b""
         self._dtype = dtype
         self.device, self.dtype = "?", dtype or "?"
@@ -222,8 +233,18 @@ class Worker:
         return "\n".join(text.strip().splitlines()[-n:])
 
     def cpu_seconds(self) -> float:
-        """CPU of everything in this worker's sandbox so far (every thread and process)."""
-        return tree_cpu_seconds(self.proc.pid)
+        """CPU of everything in this worker's sandbox so far (every thread and process).
+
+        Sampled (:class:`avo.sandbox.CpuMeter`): a process that ends between two samples
+        without being seen is missed; :meth:`tasks` counts those."""
+        return self._meter.sample()
+
+    def tasks(self) -> int | None:
+        """Tasks (threads and processes) ever created in this worker's sandbox; ``None`` if unknown."""
+        try:
+            return tasks_created(self.proc.pid)
+        except SandboxError as exc:
+            raise WorkerFailure(f"{self.label}: {exc}") from None
 
     def shape(self) -> TreeShape:
         return tree_shape(self.proc.pid)

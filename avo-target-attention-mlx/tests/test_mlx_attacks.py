@@ -175,8 +175,10 @@ def test_a_helper_thread_joined_inside_each_call_is_caught(tmp_path: Path) -> No
         """
     result = evaluate(write_candidate(tmp_path, source))
     assert result["correct"] is False
-    assert "started threads it was not allowed" in result["error"], result["error"]
-    assert "threads that have already ended used" in result["error"]
+    # By the CPU its ended threads used, or at once by the task its sandbox's PID namespace counted.
+    assert ("started threads it was not allowed" in result["error"]
+            and "threads that have already ended used" in result["error"]
+            or "started threads or processes it was not allowed" in result["error"]), result["error"]
 
 
 def test_a_helper_process_is_named(tmp_path: Path) -> None:
@@ -208,7 +210,8 @@ def test_a_forked_child_doing_work_per_call_is_caught(tmp_path: Path) -> None:
         """
     result = evaluate(write_candidate(tmp_path, source))
     assert result["correct"] is False
-    assert "started processes it was not allowed" in result["error"], result["error"]
+    assert ("started processes it was not allowed" in result["error"]
+            or "started threads or processes it was not allowed" in result["error"]), result["error"]
 
 
 def test_leaving_the_pinned_cpu_is_caught(tmp_path: Path) -> None:

@@ -12,10 +12,12 @@ What is charged to the player's thinking-time budget: every CPU second (user + s
 every process and thread in the sandbox from exec to exit — interpreter start-up,
 importing agent.py, parsing each request, choose_move itself, writing each reply, and
 whatever it started (a double-forked daemon included: inside the PID namespace it is
-reaped by the sandbox's init and counted there). What is not charged: the engine, the
+reaped by the sandbox's init and counted there; a child the kernel reaps itself, with
+``SIGCHLD`` ignored, keeps the CPU it was seen with). What is not charged: the engine, the
 harness's own pipe reads and writes. The budget is measured here, from the kernel
-(:func:`avo.sandbox.tree_cpu_seconds` over the sandbox's process tree, read until it
-ends), never reported by the player.
+(:class:`avo.sandbox.CpuMeter` sampling the sandbox's process tree until it ends), never
+reported by the player; a task too short-lived for any sample is still counted by the
+sandbox's PID namespace (:func:`avo.sandbox.tasks_created`) and fails the evaluation.
 """
 
 from __future__ import annotations
@@ -30,12 +32,14 @@ from pathlib import Path
 from typing import IO
 
 from avo.sandbox import (
+    CpuMeter,
     Level,
     Sandbox,
+    SandboxError,
     current_level,
     installed_package_dirs,
     interpreter,
-    tree_cpu_seconds,
+    tasks_created,
     tree_pids,
     tree_threads,
     wrap,
@@ -158,6 +162,7 @@ class PlayerProcess:
         self.status: int | None = None
         self.final_cpu_s: float | None = None
         self._peak_cpu_s = 0.0
+        self._meter = CpuMeter(self.proc.pid)
 
     # -- the pipe ---------------------------------------------------------------------------
 
@@ -199,12 +204,13 @@ class PlayerProcess:
     def cpu_seconds(self) -> float:
         """CPU time (user + system) of every process in the sandbox so far; final once reaped.
 
-        Read from the kernel over the whole process tree, so threads, children and daemons
-        are all charged; it never goes down (a process that ended is in its reaper's count).
+        Sampled from the kernel over the whole process tree, so threads, children and
+        daemons are all charged; it never goes down (a process that ended is in its reaper's
+        count, or, reaped by the kernel itself, in what the meter saw of it).
         """
         if self.final_cpu_s is not None:
             return self.final_cpu_s
-        self._peak_cpu_s = max(self._peak_cpu_s, tree_cpu_seconds(self.proc.pid))
+        self._peak_cpu_s = max(self._peak_cpu_s, self._meter.sample())
         return self._peak_cpu_s
 
     def extra_tasks(self) -> str | None:
@@ -231,9 +237,25 @@ class PlayerProcess:
             if reaped > 0:
                 return (f"the player started another process, which ended after {reaped:.2f} s of CPU "
                         "(charged to the budget); a single process is allowed")
+        if self.level == "bwrap":
+            return self._ended_tasks(threads)
         if self.level == "none":
             return self._escaped_group()
         return None
+
+    def _ended_tasks(self, threads: dict[int, int]) -> str | None:
+        """Tasks the sandbox's PID namespace numbered beyond those alive in it (none may end)."""
+        try:
+            created = tasks_created(self.proc.pid)
+        except SandboxError as exc:
+            return f"{exc}; the player may not touch the harness's processes"
+        alive = sum(n for pid, n in threads.items() if pid != self.proc.pid)
+        if created is None or created <= alive:
+            return None
+        ended = created - alive
+        return (f"the player started {ended} other thread(s) or process(es) that already ended (with SIGCHLD "
+                "ignored the kernel reaps a child itself and its CPU is in nobody's account); a single process "
+                "with one thread is allowed")
 
     def _escaped_group(self) -> str | None:
         """At level ``none``: processes that left the tree but kept the player's group or session."""

@@ -142,6 +142,22 @@ def test_a_daemon_that_ends_before_the_harness_looks_is_named_and_charged(bwrap:
     assert sandbox_processes_with(marker) == []
 
 
+def test_thinking_in_children_the_kernel_reaps_itself_is_named(bwrap: None, tmp_path: Path) -> None:
+    # SIGCHLD ignored: a child per move, gone before any look, whose CPU is in no cutime.
+    result = quick_eval(_with(tmp_path / "each", "auto_reaped", **{"mode.txt": "each"}))
+    assert not result.correct
+    error = result.error or ""
+    assert "thread(s) or process(es) that already ended" in error, error
+    assert "a single process with one thread is allowed" in error, error
+
+
+def test_a_child_the_kernel_reaps_itself_is_charged_to_the_budget(bwrap: None, tmp_path: Path) -> None:
+    # The child's 0.8 s, seen while it ran, still count after it is gone: with the player's
+    # own 0.5 s after it, over a 1 s budget (the live tree never shows more than ~0.9 s).
+    over = quick_eval(_with(tmp_path / "burst", "auto_reaped", **{"mode.txt": "burst"}), budget_s=1.0)
+    assert (over.error or "").startswith("over the thinking-time budget:"), over.error
+
+
 # -- the parent's descriptors ----------------------------------------------------------------
 
 
