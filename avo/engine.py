@@ -845,7 +845,8 @@ def submit(
             record["diff"] = str(diff_path.relative_to(paths.root))
             # Edits made to work/ while the candidate was being measured are not part of it,
             # and the reset below would destroy them: archive them too.
-            late = lineage.diff(tree, lineage.snapshot_tree())
+            late_tree = lineage.snapshot_tree()
+            late = lineage.diff(tree, late_tree) if late_tree != tree else ""
             if late.strip():
                 late_path = paths.rejected / f"step{step:04d}-edited-during-evaluation.diff"
                 late_path.write_text(f"# step {step}: edits made to work/ while the candidate was being "

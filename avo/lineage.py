@@ -148,8 +148,10 @@ class _Objects:
     def write(self, kind: str, data: bytes) -> str:
         """Store one object; its id."""
         from gitdb.base import IStream
+        from gitdb.db import LooseObjectDB
 
-        return self.db.store(IStream(kind.encode(), len(data), io.BytesIO(data))).hexsha.decode()
+        # GitCmdObjectDB.store runs `git hash-object` per object; its loose base writes in-process.
+        return LooseObjectDB.store(self.db, IStream(kind.encode(), len(data), io.BytesIO(data))).hexsha.decode()
 
     def close(self) -> None:
         self.cmd.clear_cache()
@@ -261,6 +263,16 @@ def _write_file_atomic(path: Path, data: bytes) -> None:
     finally:
         os.close(fd)
     os.replace(lock, path)
+
+
+def _has_loose(objects: Path, sha: str) -> bool:
+    return (objects / sha[:2] / sha[2:]).is_file()
+
+
+def _put(store: _Objects, objects: Path, sha: str, kind: str, data: bytes) -> None:
+    """Store an object copied from another repository, checking it arrives as the same id."""
+    if not _has_loose(objects, sha) and store.write(kind, data) != sha:
+        raise AvoError(f"object {sha[:12]} changed while it was copied")
 
 
 def read_commits(git_dir: Path, tip: str) -> list[CommitInfo]:
@@ -646,9 +658,46 @@ class Lineage:
             subprocess.run(["git", "init", "-q", "--bare", "--template=", str(mirror)], env=env,
                            capture_output=True)
         try:
-            self.git("push", "-q", "--no-verify", str(mirror), f"{sha}:refs/heads/{BRANCH}")
-        except AvoError as exc:
+            self._copy_into(mirror, sha)
+        except (AvoError, OSError) as exc:
             raise AvoError(f"cannot copy {sha[:12]} into avo's private backup {mirror}: {exc}") from None
+
+    def _copy_into(self, mirror: Path, sha: str) -> None:
+        """What ``git push`` (fast-forward only) does, in-process: copy the objects ``mirror``
+        lacks, newest commit last, then move its branch, only forward."""
+        theirs, ours = _objects(mirror), self.objects()
+        current = _resolve_ref(mirror, f"refs/heads/{BRANCH}")
+        if current == sha:
+            return
+        new: list[tuple[str, bytes]] = []
+        spec: str | None = sha
+        while spec and spec != current:
+            if current is None and theirs.read(spec) is not None:
+                break
+            data = self._read(spec, "commit")
+            new.append((spec, data))
+            parents = _parse_commit(spec, data).parents
+            if len(parents) > 1:
+                raise AvoError(f"{spec[:12]} is a merge: avo's lineage is one chain")
+            spec = parents[0] if parents else None
+        if current is not None and spec != current:
+            raise AvoError(f"{sha[:12]} does not descend from the backup's {current[:12]} (not a fast-forward)")
+        root = mirror / "objects"
+        for commit, data in reversed(new):
+            self._copy_tree(ours, theirs, root, _parse_commit(commit, data).tree)
+            _put(theirs, root, commit, "commit", data)
+        _write_file_atomic(mirror / "refs" / "heads" / BRANCH, f"{sha}\n".encode())
+
+    def _copy_tree(self, ours: _Objects, theirs: _Objects, root: Path, tree: str) -> None:
+        if _has_loose(root, tree):
+            return  # written after everything under it: complete
+        data = self._read(tree, "tree")
+        for _mode, kind, sha, _name in _tree_entries(data):
+            if kind == "tree":
+                self._copy_tree(ours, theirs, root, sha)
+            elif kind == "blob" and not _has_loose(root, sha):
+                _put(theirs, root, sha, "blob", self._read(sha, "blob"))
+        _put(theirs, root, tree, "tree", data)
 
     def restore_from(self, mirror: Path) -> bool:
         """Fetch the lineage back from ``mirror`` (re-creating work/.git if it is gone)."""
