@@ -21,6 +21,7 @@ import os
 import stat
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -134,16 +135,43 @@ class _Objects:
             GIT_NO_REPLACE_OBJECTS="1", GIT_OPTIONAL_LOCKS="0", GIT_CONFIG_COUNT="0", GIT_CONFIG_PARAMETERS="",
             GIT_NAMESPACE="", GIT_TERMINAL_PROMPT="0")
         self.db = GitCmdObjectDB(str(git_dir / "objects"), self.cmd)
+        self.lock = threading.Lock()  # one request at a time on the reader's pipe (the MCP server's threads)
 
     def read(self, spec: str) -> tuple[str, str, bytes] | None:
         """``(id, type, content)`` of the object ``spec`` names, or ``None``."""
         if not spec or "\n" in spec:
             return None
         try:
-            sha, kind, _size, data = self.cmd.get_object_data(spec)
+            with self.lock:
+                sha, kind, _size, data = self.cmd.get_object_data(spec)
         except ValueError:  # "<spec> missing" (or ambiguous): the reader stays in step
             return None
         return os.fsdecode(sha), os.fsdecode(kind), data
+
+    def read_many(self, specs: Sequence[str]) -> list[tuple[str, str, bytes] | None]:
+        """:meth:`read` for many specs, pipelined through the same reader (one round trip)."""
+        if len(specs) < 8:
+            return [self.read(s) for s in specs]
+        with self.lock:
+            proc = self.cmd._get_persistent_cmd("cat_file_all", "cat_file", batch=True)
+            stdin, stdout = proc.stdin, proc.stdout
+            assert stdin is not None and stdout is not None
+            clean = [s if s and "\n" not in s else "0" * 40 for s in specs]
+            # A thread writes the requests while this one reads the answers: neither pipe can fill.
+            writer = threading.Thread(target=lambda: (stdin.write("".join(f"{s}\n" for s in clean).encode()),
+                                                      stdin.flush()), daemon=True)
+            writer.start()
+            out: list[tuple[str, str, bytes] | None] = []
+            for _ in clean:
+                header = stdout.readline().decode("utf-8", "replace").split()
+                if len(header) != 3 or not _is_sha(header[0]):
+                    out.append(None)
+                    continue
+                size = int(header[2])
+                data = stdout.read(size + 1)[:size]
+                out.append((header[0], header[1], data))
+            writer.join()
+        return out
 
     def write(self, kind: str, data: bytes) -> str:
         """Store one object; its id."""
@@ -282,6 +310,13 @@ def read_commits(git_dir: Path, tip: str) -> list[CommitInfo]:
     spec: str | None = tip
     seen: set[str] = set()
     while spec:
+        if len(out) == 64:  # a long chain: list it in one process, read it in one round trip
+            ids = _git(git_dir, ["rev-list", "--first-parent", spec, "--"], readonly=True).decode().split()
+            for got in store.read_many(ids):
+                if got is None or got[1] != "commit":
+                    break
+                out.append(_parse_commit(got[0], got[2]))
+            break
         got = store.read(spec)
         if got is None or got[1] != "commit" or got[0] in seen:
             break
@@ -318,11 +353,25 @@ def ref_of(git_dir: Path, ref: str) -> str | None:
 
 def object_ids(git_dir: Path, specs: Sequence[str]) -> list[str | None]:
     """The object id each ``rev:path`` spec names in ``git_dir`` (``None`` where none)."""
-    store = _objects(git_dir) if specs else None
-    ids: list[str | None] = []
+    if not specs:
+        return []
+    # ``rev:dir/file`` is read as the tree ``rev:dir`` and looked up there: the blob itself
+    # (a growing score file) never crosses the pipe.
+    asked = []
     for spec in specs:
-        got = store.read(spec) if store else None
-        ids.append(got[0] if got and got[1] in ("blob", "tree", "commit") else None)
+        rev, colon, path = spec.partition(":")
+        asked.append(f"{rev}:{path.rpartition('/')[0]}" if colon else rev)
+    ids: list[str | None] = []
+    for spec, got in zip(specs, _objects(git_dir).read_many(asked), strict=True):
+        name = spec.partition(":")[2].rpartition("/")[2] if ":" in spec else None
+        if got is None or got[1] not in ("blob", "tree", "commit"):
+            ids.append(None)
+        elif name is None:
+            ids.append(got[0])
+        elif got[1] != "tree":
+            ids.append(None)
+        else:
+            ids.append(next((sha for _m, _k, sha, n in _tree_entries(got[2]) if n == name), None))
     return ids
 
 
@@ -333,12 +382,9 @@ def read_object(git_dir: Path, spec: str) -> bytes | None:
 
 def read_objects(git_dir: Path, specs: Sequence[str]) -> list[bytes | None]:
     """The contents of blobs (``rev:path`` or ids) in ``git_dir``, through the persistent reader."""
-    store = _objects(git_dir) if specs else None
-    out: list[bytes | None] = []
-    for spec in specs:
-        got = store.read(spec) if store else None
-        out.append(got[2] if got and got[1] == "blob" else None)
-    return out
+    if not specs:
+        return []
+    return [got[2] if got and got[1] == "blob" else None for got in _objects(git_dir).read_many(specs)]
 
 
 def blob_id(content: bytes) -> str:
@@ -724,7 +770,7 @@ class Lineage:
         """
         with tempfile.TemporaryDirectory(prefix="avo-status-") as tmp, \
                 self._temp_index(Path(tmp)) as index:
-            self.git("read-tree", best, index=index, readonly=True)
+            self._write_index(index, self.tree_of(best))
             self.git("update-index", "-q", "--refresh", index=index, check=False, readonly=True)
             changed = self.git_bytes("diff-files", "--name-only", "-z", index=index, readonly=True)
             untracked = self.git_bytes("ls-files", "--others", "--exclude-standard", "-z", "--directory",

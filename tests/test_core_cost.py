@@ -114,3 +114,34 @@ def test_mcp_server_starts_without_gitpython(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
                           env={**os.environ, "AVO_DISABLE_PLUGIN_AUTOLOAD": "1"})
     assert "GIT []" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_long_chains_read_the_same_as_git_log(tmp_path: Path) -> None:
+    from avo.lineage import Lineage, object_ids, read_commits, read_objects
+
+    work = tmp_path / "work"
+    work.mkdir()
+    lineage = Lineage(work, tmp_path / "private" / "index")
+    lineage.init()
+    parent = None
+    for i in range(150):  # past the in-process walk: the rest comes from one rev-list, pipelined
+        (work / "f.txt").write_text(f"{i}\n")
+        tree = lineage.tree_with_file(lineage.snapshot_tree(), ".avo/scores.jsonl", f"{i}\n".encode())
+        parent = lineage.commit_tree(tree, parent, f"v{i}\n\nbody {i}\n")
+        lineage.set_ref("refs/heads/main", parent)
+    assert parent is not None
+    git_dir = work / ".git"
+    chain = read_commits(git_dir, parent)
+    logged = subprocess.run(["git", "--git-dir", str(git_dir), "log", "--first-parent", "--format=%H %T", parent],
+                            capture_output=True, text=True, check=True).stdout.split("\n")
+    assert [f"{c.sha} {c.tree}" for c in chain] == [line for line in logged if line][::-1]
+    assert [c.message for c in chain[:2]] == ["v0\n\nbody 0\n", "v1\n\nbody 1\n"]
+    specs = [f"{c.sha}:.avo/scores.jsonl" for c in chain] + ["0" * 40, f"{parent}:.avo/none", "nothing"]
+    ids = object_ids(git_dir, specs)
+    for c, oid in zip(chain, ids, strict=False):
+        want = subprocess.run(["git", "--git-dir", str(git_dir), "rev-parse", f"{c.sha}:.avo/scores.jsonl"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        assert oid == want
+    assert ids[-3:] == [None, None, None]
+    blobs = read_objects(git_dir, specs)
+    assert blobs[:3] == [b"0\n", b"1\n", b"2\n"] and blobs[-3:] == [None, None, None]
