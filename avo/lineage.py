@@ -1,10 +1,11 @@
 """P_t as git history: the work tree's own repository, on GitPython.
 
-Objects, trees, commits and refs are written in-process (GitPython's loose object store of
-the default ``GitCmdObjectDB``), and read through one persistent ``git cat-file --batch`` per
-repository; only what git alone does well runs as a process: ``git add -A`` (ignore rules,
-through a temporary index), ``git diff``, ``git reset --hard``, the backup push. GitPython is
-imported on first use, so commands that never touch the lineage do not pay for it.
+Objects, trees, commits, refs and the copy into the private backup are written in-process
+(the loose-object writer under the default ``GitCmdObjectDB``; git's lock-file protocol for
+refs), and read through one persistent ``git cat-file --batch`` per repository; only what git
+alone does well runs as a process: ``git add -A`` and ``git write-tree`` (ignore rules, through
+a temporary index), ``git diff``, ``git reset --hard``. GitPython is imported on first use, so
+commands that never touch the lineage do not pay for it.
 
 avo snapshots a candidate as a git *tree* (through a temporary index of its own, so neither
 the agent's index nor another avo command's is touched), evaluates exactly that tree, and
@@ -711,7 +712,7 @@ class Lineage:
     def _copy_into(self, mirror: Path, sha: str) -> None:
         """What ``git push`` (fast-forward only) does, in-process: copy the objects ``mirror``
         lacks, newest commit last, then move its branch, only forward."""
-        theirs, ours = _objects(mirror), self.objects()
+        theirs = _objects(mirror)
         current = _resolve_ref(mirror, f"refs/heads/{BRANCH}")
         if current == sha:
             return
@@ -730,17 +731,17 @@ class Lineage:
             raise AvoError(f"{sha[:12]} does not descend from the backup's {current[:12]} (not a fast-forward)")
         root = mirror / "objects"
         for commit, data in reversed(new):
-            self._copy_tree(ours, theirs, root, _parse_commit(commit, data).tree)
+            self._copy_tree(theirs, root, _parse_commit(commit, data).tree)
             _put(theirs, root, commit, "commit", data)
         _write_file_atomic(mirror / "refs" / "heads" / BRANCH, f"{sha}\n".encode())
 
-    def _copy_tree(self, ours: _Objects, theirs: _Objects, root: Path, tree: str) -> None:
+    def _copy_tree(self, theirs: _Objects, root: Path, tree: str) -> None:
         if _has_loose(root, tree):
             return  # written after everything under it: complete
         data = self._read(tree, "tree")
         for _mode, kind, sha, _name in _tree_entries(data):
             if kind == "tree":
-                self._copy_tree(ours, theirs, root, sha)
+                self._copy_tree(theirs, root, sha)
             elif kind == "blob" and not _has_loose(root, sha):
                 _put(theirs, root, sha, "blob", self._read(sha, "blob"))
         _put(theirs, root, tree, "tree", data)
