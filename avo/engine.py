@@ -936,7 +936,7 @@ def submit(
             state.best = n
             state.failures_in_row = 0
             state.steps_since_best = 0 if new_best else state.steps_since_best + 1
-            lineage.git("tag", "-f", f"v{n}", sha)  # recover() made every other tag exact already
+            lineage.set_ref(f"refs/tags/v{n}", sha)  # recover() made every other tag exact already
             _update_supervisor(state, None, outcome)
             save_state(paths, state)  # the commit point
             append_trajectory(paths, record)
@@ -953,7 +953,8 @@ def submit(
             record["diff"] = str(diff_path.relative_to(paths.root))
             # Edits made to work/ while the candidate was being measured are not part of it,
             # and the reset below would destroy them: archive them too.
-            late = lineage.diff(tree, lineage.snapshot_tree())
+            late_tree = lineage.snapshot_tree()
+            late = lineage.diff(tree, late_tree) if late_tree != tree else ""
             if late.strip():
                 late_path = paths.rejected / f"step{step:04d}-edited-during-evaluation.diff"
                 late_path.write_text(f"# step {step}: edits made to work/ while the candidate was being "

@@ -1,8 +1,15 @@
-"""P_t as git history: the work tree's own repository, driven through the git CLI.
+"""P_t as git history: the work tree's own repository, on GitPython.
+
+Objects, trees, commits, refs and the copy into the private backup are written in-process
+(the loose-object writer under the default ``GitCmdObjectDB``; git's lock-file protocol for
+refs), and read through one persistent ``git cat-file --batch`` per repository; only what git
+alone does well runs as a process: ``git add -A`` and ``git write-tree`` (ignore rules, through
+a temporary index), ``git diff``, ``git reset --hard``. GitPython is imported on first use, so
+commands that never touch the lineage do not pay for it.
 
 avo snapshots a candidate as a git *tree* (through a temporary index of its own, so neither
 the agent's index nor another avo command's is touched), evaluates exactly that tree, and
-commits exactly that tree plus the score file, built without any index (``git mktree``) and
+commits exactly that tree plus the score file, built from tree objects without any index and
 verified before it is tagged: what is measured is what enters the lineage, whatever the
 agent edits meanwhile. Read-only questions (is work/ dirty?) write nothing in the run.
 """
@@ -10,10 +17,12 @@ agent edits meanwhile. Read-only questions (is work/ dirty?) write nothing in th
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import stat
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -42,6 +51,9 @@ _CONFIG = [
     "-c", "core.untrackedCache=false",
     "-c", "gc.auto=0",
     "-c", "maintenance.auto=false",
+    # avo reads and writes its temporary indexes in-process, in the version it wrote them.
+    "-c", "index.version=2",
+    "-c", "feature.manyFiles=false",
 ]
 _GITLINK, _SYMLINK = "160000", "120000"
 
@@ -109,42 +121,258 @@ def foreign_git_dir(work: Path) -> str | None:
     return None
 
 
+class _Objects:
+    """One repository's object store: reads through one persistent ``git cat-file --batch``
+    (GitPython's ``Git.get_object_data``), writes in-process into its loose objects."""
+
+    def __init__(self, git_dir: Path):
+        from git.cmd import Git  # GitPython costs ~120 ms to import: only where the lineage is read
+        from git.db import GitCmdObjectDB
+
+        self.cmd = Git(str(git_dir))
+        # Exactly this repository, no replacement objects, no borrowed stores, no locks taken.
+        self.cmd.update_environment(
+            GIT_DIR=str(git_dir), GIT_OBJECT_DIRECTORY=str(git_dir / "objects"), GIT_ALTERNATE_OBJECT_DIRECTORIES="",
+            GIT_NO_REPLACE_OBJECTS="1", GIT_OPTIONAL_LOCKS="0", GIT_CONFIG_COUNT="0", GIT_CONFIG_PARAMETERS="",
+            GIT_NAMESPACE="", GIT_TERMINAL_PROMPT="0")
+        self.db = GitCmdObjectDB(str(git_dir / "objects"), self.cmd)
+        self.lock = threading.Lock()  # one request at a time on the reader's pipe (the MCP server's threads)
+
+    def read(self, spec: str) -> tuple[str, str, bytes] | None:
+        """``(id, type, content)`` of the object ``spec`` names, or ``None``."""
+        if not spec or "\n" in spec:
+            return None
+        try:
+            with self.lock:
+                sha, kind, _size, data = self.cmd.get_object_data(spec)
+        except ValueError:  # "<spec> missing" (or ambiguous): the reader stays in step
+            return None
+        return os.fsdecode(sha), os.fsdecode(kind), data
+
+    def read_many(self, specs: Sequence[str]) -> list[tuple[str, str, bytes] | None]:
+        """:meth:`read` for many specs, pipelined through the same reader (one round trip)."""
+        if len(specs) < 8:
+            return [self.read(s) for s in specs]
+        with self.lock:
+            proc = self.cmd._get_persistent_cmd("cat_file_all", "cat_file", batch=True)
+            stdin, stdout = proc.stdin, proc.stdout
+            assert stdin is not None and stdout is not None
+            clean = [s if s and "\n" not in s else "0" * 40 for s in specs]
+            # A thread writes the requests while this one reads the answers: neither pipe can fill.
+            writer = threading.Thread(target=lambda: (stdin.write("".join(f"{s}\n" for s in clean).encode()),
+                                                      stdin.flush()), daemon=True)
+            writer.start()
+            out: list[tuple[str, str, bytes] | None] = []
+            for _ in clean:
+                header = stdout.readline().decode("utf-8", "replace").split()
+                if len(header) != 3 or not _is_sha(header[0]):
+                    out.append(None)
+                    continue
+                size = int(header[2])
+                data = stdout.read(size + 1)[:size]
+                out.append((header[0], header[1], data))
+            writer.join()
+        return out
+
+    def write(self, kind: str, data: bytes) -> str:
+        """Store one object; its id."""
+        from gitdb.base import IStream
+        from gitdb.db import LooseObjectDB
+
+        # GitCmdObjectDB.store runs `git hash-object` per object; its loose base writes in-process.
+        return LooseObjectDB.store(self.db, IStream(kind.encode(), len(data), io.BytesIO(data))).hexsha.decode()
+
+    def close(self) -> None:
+        self.cmd.clear_cache()
+
+
+_STORES: dict[str, tuple[tuple[int, int], _Objects]] = {}
+
+
+def _objects(git_dir: Path) -> _Objects:
+    """The cached store of ``git_dir``; a new one if the directory was replaced since."""
+    key = str(git_dir)
+    try:
+        ident = (os.stat(git_dir).st_ino, os.stat(git_dir / "objects").st_ino)
+    except OSError as exc:
+        raise AvoError(f"{git_dir} is not a git repository: {exc.strerror}") from None
+    cached = _STORES.get(key)
+    if cached and cached[0] == ident:
+        return cached[1]
+    if cached:
+        cached[1].close()
+    store = _Objects(git_dir)
+    _STORES[key] = (ident, store)
+    return store
+
+
+def _forget(git_dir: Path) -> None:
+    cached = _STORES.pop(str(git_dir), None)
+    if cached:
+        cached[1].close()
+
+
+def _parse_commit(sha: str, data: bytes) -> CommitInfo:
+    head, _, message = data.partition(b"\n\n")
+    tree, parents = "", []
+    for line in head.split(b"\n"):
+        if line.startswith(b"tree "):
+            tree = line[5:].decode()
+        elif line.startswith(b"parent "):
+            parents.append(line[7:].decode())
+    return CommitInfo(sha, tree, tuple(parents), message.decode("utf-8", "replace"))
+
+
+def _tree_entries(data: bytes) -> list[tuple[str, str, str, str]]:
+    """``(mode, type, sha, name)`` of a raw tree object."""
+    out, pos = [], 0
+    while pos < len(data):
+        space = data.index(b" ", pos)
+        nul = data.index(b"\0", space)
+        mode = data[pos:space].decode()
+        mode = mode.zfill(6)  # git stores trees as "40000"
+        sha = data[nul + 1:nul + 21].hex()
+        kind = "tree" if mode == "040000" else "commit" if mode == _GITLINK else "blob"
+        out.append((mode, kind, sha, os.fsdecode(data[space + 1:nul])))
+        pos = nul + 21
+    return out
+
+
+def _tree_bytes(entries: Sequence[tuple[str, str, str, str]]) -> bytes:
+    """A raw tree object, entries in git's order (a folder sorts as if its name ended in /)."""
+    def key(e: tuple[str, str, str, str]) -> bytes:
+        return os.fsencode(e[3]) + (b"/" if e[1] == "tree" else b"")
+    return b"".join(f"{'40000' if m == '040000' else m} ".encode() + os.fsencode(n) + b"\0" + bytes.fromhex(s)
+                    for m, _k, s, n in sorted(entries, key=key))
+
+
+def _resolve_ref(git_dir: Path, ref: str, depth: int = 0) -> str | None:
+    """The id a ref (``HEAD``, ``refs/...``) holds, read in-process (loose, then packed-refs)."""
+    if depth > 5 or ".." in ref.split("/"):
+        return None
+    try:
+        value = (git_dir / ref).read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        value = ""
+    if value.startswith("ref: "):
+        return _resolve_ref(git_dir, value[5:].strip(), depth + 1)
+    if value:
+        return value if _is_sha(value) else None
+    return _packed_refs(git_dir).get(ref)
+
+
+def _packed_refs(git_dir: Path) -> dict[str, str]:
+    try:
+        raw = (git_dir / "packed-refs").read_text()
+    except (OSError, UnicodeDecodeError):
+        return {}
+    out = {}
+    for line in raw.splitlines():
+        sha, _, name = line.partition(" ")
+        if line[:1] not in ("#", "^") and _is_sha(sha):
+            out[name] = sha
+    return out
+
+
+def _is_sha(value: str) -> bool:
+    return len(value) == 40 and all(c in "0123456789abcdef" for c in value)
+
+
+def _write_file_atomic(path: Path, data: bytes) -> None:
+    """git's lock-file protocol: ``path.lock`` created exclusively, then renamed over ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = path.with_name(path.name + ".lock")
+    try:
+        fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        raise AvoError(f"{lock} exists: another git process is writing {path.name} (or one was killed; "
+                       "remove the .lock file if no git command is running)") from None
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    os.replace(lock, path)
+
+
+def _has_loose(objects: Path, sha: str) -> bool:
+    return (objects / sha[:2] / sha[2:]).is_file()
+
+
+def _put(store: _Objects, objects: Path, sha: str, kind: str, data: bytes) -> None:
+    """Store an object copied from another repository, checking it arrives as the same id."""
+    if not _has_loose(objects, sha) and store.write(kind, data) != sha:
+        raise AvoError(f"object {sha[:12]} changed while it was copied")
+
+
 def read_commits(git_dir: Path, tip: str) -> list[CommitInfo]:
     """The first-parent chain ending at ``tip`` in ``git_dir``, oldest first."""
-    raw = _git(git_dir, ["log", "--first-parent", "--format=%H%x1f%T%x1f%P%x1f%B%x1e", tip, "--"],
-               readonly=True)
-    out = []
-    for rec in raw.decode("utf-8", "replace").split("\x1e"):
-        rec = rec.lstrip("\n")
-        if not rec:
-            continue
-        sha, tree, parents, message = rec.split("\x1f", 3)
-        out.append(CommitInfo(sha, tree, tuple(parents.split()), message))
+    store = _objects(git_dir)
+    out: list[CommitInfo] = []
+    spec: str | None = tip
+    seen: set[str] = set()
+    while spec:
+        if len(out) == 64:  # a long chain: list it in one process, read it in one round trip
+            ids = _git(git_dir, ["rev-list", "--first-parent", spec, "--"], readonly=True).decode().split()
+            for got in store.read_many(ids):
+                if got is None or got[1] != "commit":
+                    break
+                out.append(_parse_commit(got[0], got[2]))
+            break
+        got = store.read(spec)
+        if got is None or got[1] != "commit" or got[0] in seen:
+            break
+        seen.add(got[0])
+        info = _parse_commit(got[0], got[2])
+        out.append(info)
+        spec = info.parents[0] if info.parents else None
+    if not out:
+        raise AvoError(f"{tip[:12]} is not a commit in {git_dir}")
     return out[::-1]
 
 
 def commit_message(git_dir: Path, sha: str) -> str | None:
     """The message of commit ``sha`` in ``git_dir``, or ``None``."""
-    out = _git(git_dir, ["log", "-1", "--format=%B", sha, "--"], check=False, readonly=True)
-    return out.decode("utf-8", "replace") if out else None
+    got = _objects(git_dir).read(sha)
+    return _parse_commit(got[0], got[2]).message if got and got[1] == "commit" else None
 
 
 def ref_of(git_dir: Path, ref: str) -> str | None:
     """The commit ``ref`` names in ``git_dir``, or ``None``."""
-    out = _git(git_dir, ["rev-parse", "--verify", "-q", f"{ref}^{{commit}}"], check=False, readonly=True)
-    return out.decode().strip() or None
+    sha = _resolve_ref(git_dir, ref) if ref == "HEAD" or ref.startswith("refs/") else ref
+    store = _objects(git_dir)
+    for _ in range(5):  # peel annotated tags
+        got = store.read(sha) if sha else None
+        if got is None:
+            return None
+        if got[1] == "commit":
+            return got[0]
+        if got[1] != "tag" or not got[2].startswith(b"object "):
+            return None
+        sha = got[2][7:47].decode()
+    return None
 
 
 def object_ids(git_dir: Path, specs: Sequence[str]) -> list[str | None]:
     """The object id each ``rev:path`` spec names in ``git_dir`` (``None`` where none)."""
     if not specs:
         return []
-    out = _git(git_dir, ["cat-file", "--batch-check=%(objectname) %(objecttype)"],
-               stdin="".join(f"{s}\n" for s in specs).encode(), readonly=True)
+    # ``rev:dir/file`` is read as the tree ``rev:dir`` and looked up there: the blob itself
+    # (a growing score file) never crosses the pipe.
+    asked = []
+    for spec in specs:
+        rev, colon, path = spec.partition(":")
+        asked.append(f"{rev}:{path.rpartition('/')[0]}" if colon else rev)
     ids: list[str | None] = []
-    for line in out.decode().splitlines()[:len(specs)]:
-        parts = line.split()
-        ids.append(parts[0] if len(parts) == 2 and parts[1] in ("blob", "tree", "commit") else None)
+    for spec, got in zip(specs, _objects(git_dir).read_many(asked), strict=True):
+        name = spec.partition(":")[2].rpartition("/")[2] if ":" in spec else None
+        if got is None or got[1] not in ("blob", "tree", "commit"):
+            ids.append(None)
+        elif name is None:
+            ids.append(got[0])
+        elif got[1] != "tree":
+            ids.append(None)
+        else:
+            ids.append(next((sha for _m, _k, sha, n in _tree_entries(got[2]) if n == name), None))
     return ids
 
 
@@ -154,26 +382,10 @@ def read_object(git_dir: Path, spec: str) -> bytes | None:
 
 
 def read_objects(git_dir: Path, specs: Sequence[str]) -> list[bytes | None]:
-    """The contents of blobs (``rev:path`` or ids) in ``git_dir``, through one ``cat-file --batch``."""
+    """The contents of blobs (``rev:path`` or ids) in ``git_dir``, through the persistent reader."""
     if not specs:
         return []
-    data = _git(git_dir, ["cat-file", "--batch"], stdin="".join(f"{s}\n" for s in specs).encode(),
-                readonly=True)
-    out: list[bytes | None] = []
-    pos = 0
-    for _ in specs:
-        end = data.index(b"\n", pos)
-        header = data[pos:end].decode("utf-8", "replace").split()
-        if len(header) != 3 or header[1] != "blob":
-            out.append(None)
-            pos = end + 1
-            if len(header) == 3:  # another kind of object: skip its content too
-                pos += int(header[2]) + 1
-            continue
-        size = int(header[2])
-        out.append(data[end + 1:end + 1 + size])
-        pos = end + 1 + size + 1
-    return out
+    return [got[2] if got and got[1] == "blob" else None for got in _objects(git_dir).read_many(specs)]
 
 
 def blob_id(content: bytes) -> str:
@@ -206,14 +418,33 @@ class Lineage:
         return _git(self.work / ".git", args, work=self.work, index=index, stdin=stdin, check=check,
                     readonly=readonly)
 
+    @property
+    def git_dir(self) -> Path:
+        return self.work / ".git"
+
+    def objects(self) -> _Objects:
+        """The repository's store, after the same check as every git call (never a foreign .git)."""
+        foreign = foreign_git_dir(self.work)
+        if foreign:
+            self.git_bytes("--version")  # raises ForeignGitDir with the full explanation
+        return _objects(self.git_dir)
+
+    def _read(self, spec: str, kind: str) -> bytes:
+        got = self.objects().read(spec)
+        if got is None or got[1] != kind:
+            raise AvoError(f"git cannot read {kind} {spec} in {self.work}")
+        return got[2]
+
     # -- set-up ---------------------------------------------------------------------------
     def init(self) -> None:
+        _forget(self.git_dir)
         self.git("init", "-q", "-b", BRANCH)
 
     def displace_git_dir(self, aside: Path) -> Path:
         """Rename work/.git (whatever it is) into ``aside``, never following or deleting it."""
         aside.mkdir(parents=True, exist_ok=True)
         dest = aside / f"work.git-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        _forget(self.git_dir)
         os.rename(self.work / ".git", dest)
         return dest
 
@@ -231,33 +462,55 @@ class Lineage:
             index.with_name(index.name + ".lock").unlink(missing_ok=True)
 
     def snapshot_tree(self) -> str:
-        """The tree of the work tree as ``git add -A`` would commit it (a temporary index)."""
+        """The tree of the work tree as ``git add -A`` would commit it (a temporary index).
+
+        The index is filled from HEAD in-process; ``git add -A`` (ignore rules, the work
+        tree's files) and ``git write-tree`` run as processes.
+        """
+        head = self.head()
         with self._temp_index() as index:
-            if self.head() is not None:
-                self.git("read-tree", "HEAD", index=index)
+            if head is not None:
+                self._write_index(index, self.tree_of(head))
             self.git("add", "-A", "--", ".", index=index)
             return self.git("write-tree", index=index).strip()
 
+    def _walk(self, tree: str, prefix: str = "") -> Iterator[tuple[str, str, str]]:
+        """``(mode, sha, path)`` of every file (blob, link, gitlink) under ``tree``."""
+        for mode, kind, sha, name in self._entries(tree):
+            if kind == "tree":
+                yield from self._walk(sha, f"{prefix}{name}/")
+            else:
+                yield mode, sha, prefix + name
+
+    def _write_index(self, index: Path, tree: str) -> None:
+        """An index holding ``tree`` (what ``git read-tree`` writes), written in-process."""
+        from git.index.fun import write_cache
+        from git.index.typ import BaseIndexEntry, IndexEntry
+
+        entries = [IndexEntry.from_base(BaseIndexEntry((int(mode, 8), bytes.fromhex(sha), 0, path)))
+                   for mode, sha, path in self._walk(tree)]
+        entries.sort(key=lambda e: os.fsencode(e.path))
+        buf = io.BytesIO()
+        try:
+            write_cache(entries, buf)
+        except UnicodeEncodeError:  # a file name that is not UTF-8: let git write it
+            self.git("read-tree", tree, index=index)
+            return
+        _write_file_atomic(index, buf.getvalue())
+
     def _entries(self, tree: str) -> list[tuple[str, str, str, str]]:
         """``(mode, type, sha, name)`` of a tree's top level."""
-        out = []
-        for rec in self.git_bytes("ls-tree", "-z", tree).split(b"\0"):
-            if rec:
-                meta, _, name = rec.partition(b"\t")
-                mode, kind, sha = meta.decode().split()
-                out.append((mode, kind, sha, os.fsdecode(name)))
-        return out
+        return _tree_entries(self._read(tree, "tree"))
 
     def _mktree(self, entries: list[tuple[str, str, str, str]]) -> str:
-        data = b"".join(f"{m} {k} {s}\t".encode() + os.fsencode(n) + b"\0" for m, k, s, n in entries)
-        return self.git("mktree", "-z", stdin=data).strip()
+        return self.objects().write("tree", _tree_bytes(entries))
 
     def tree_with_file(self, base_tree: str, rel: str, content: bytes) -> str:
         """``base_tree`` with one file set to ``content``, built from tree objects (no index).
 
         No index is involved, so no other process can slip its own tree in between.
         """
-        return self._with_blob(base_tree, rel, self.git("hash-object", "-w", "--stdin", stdin=content).strip())
+        return self._with_blob(base_tree, rel, self.objects().write("blob", content))
 
     def _with_blob(self, base_tree: str, rel: str, blob: str) -> str:
         head, _, rest = rel.partition("/")
@@ -274,9 +527,9 @@ class Lineage:
     def verify_commit_tree(self, commit: str, evaluated: str, rel: str, content: bytes) -> None:
         """Raise unless ``commit``'s tree is exactly ``evaluated`` with ``rel`` set to ``content``."""
         tree = self.tree_of(commit)
-        changed = self.git_bytes("diff-tree", "-r", "-z", "--no-renames", "--name-only", evaluated, tree)
-        paths = sorted(os.fsdecode(p) for p in changed.split(b"\0") if p)
-        stored = self.git("rev-parse", "--verify", "-q", f"{tree}:{rel}", check=False).strip()
+        paths = sorted(self._changed(evaluated, tree))
+        got = self.objects().read(f"{tree}:{rel}")
+        stored = got[0] if got else ""
         parent_dir = rel.rpartition("/")[0]
         # `.avo` as a file in the candidate is replaced by the folder that holds the scores.
         allowed = {rel, parent_dir} if parent_dir else {rel}
@@ -289,6 +542,25 @@ class Lineage:
                 f"{what}. The submit was aborted before anything was recorded; the candidate is still in "
                 "work/ (something rewrote avo's git objects during the submit?)")
 
+    def _changed(self, old: str, new: str, prefix: str = "") -> list[str]:
+        """Paths that differ between two trees (``git diff-tree -r --name-only``), reading only what differs."""
+        a = {e[3]: e for e in self._entries(old)}
+        b = {e[3]: e for e in self._entries(new)}
+        out = []
+        for name in sorted(a.keys() | b.keys()):
+            ea, eb = a.get(name), b.get(name)
+            if ea is not None and eb is not None and ea[0] == eb[0] and ea[2] == eb[2]:
+                continue
+            if ea is not None and eb is not None and ea[1] == eb[1] == "tree":
+                out += self._changed(ea[2], eb[2], f"{prefix}{name}/")
+                continue
+            for e in (ea, eb):
+                if e is not None and e[1] == "tree":
+                    out += [prefix + name + "/" + p for _, _, p in self._walk(e[2])]
+                elif e is not None:
+                    out.append(prefix + name)
+        return sorted(set(out))
+
     def export(self, treeish: str, dest: Path) -> None:
         """Write exactly the files of ``treeish`` into ``dest`` (without ``.git``).
 
@@ -297,13 +569,7 @@ class Lineage:
         A candidate that is not self-contained (a symlink leading out of the tree, a nested
         repository whose files git does not hold) raises :class:`CandidateError` naming the path.
         """
-        entries = []
-        for rec in self.git_bytes("ls-tree", "-r", "-z", "--full-tree", treeish).split(b"\0"):
-            if not rec:
-                continue
-            meta, _, raw_path = rec.partition(b"\t")
-            mode, _kind, sha = meta.decode().split()
-            entries.append((mode, sha, os.fsdecode(raw_path)))
+        entries = list(self._walk(self.tree_of(treeish)))
         nested = [path for mode, _, path in entries if mode == _GITLINK]
         if nested:
             raise CandidateError(
@@ -333,24 +599,26 @@ class Lineage:
 
     def _read_blobs(self, shas: Sequence[str]) -> dict[str, bytes]:
         """The contents of ``shas`` through one ``git cat-file --batch``."""
-        unique = list(dict.fromkeys(shas))
-        if not unique:
-            return {}
-        data = self.git_bytes("cat-file", "--batch", stdin="".join(f"{s}\n" for s in unique).encode())
-        out: dict[str, bytes] = {}
-        pos = 0
-        for sha in unique:
-            end = data.index(b"\n", pos)
-            header = data[pos:end].decode().split()
-            if len(header) != 3:
-                raise AvoError(f"git cannot read object {sha} in {self.work}: {' '.join(header)}")
-            size = int(header[2])
-            out[sha] = data[end + 1:end + 1 + size]
-            pos = end + 1 + size + 1
-        return out
+        return {sha: self._read(sha, "blob") for sha in dict.fromkeys(shas)}
 
     def tree_of(self, treeish: str) -> str:
-        return self.git("rev-parse", f"{treeish}^{{tree}}").strip()
+        """The tree a commit, tag or tree id (or a ref) names."""
+        spec = treeish
+        if not _is_sha(spec):
+            spec = ref_of(self.git_dir, spec if spec == "HEAD" or spec.startswith("refs/") else f"refs/tags/{spec}") \
+                or spec
+        for _ in range(5):
+            got = self.objects().read(spec)
+            if got is None:
+                break
+            if got[1] == "tree":
+                return got[0]
+            if got[1] == "commit":
+                return _parse_commit(got[0], got[2]).tree
+            if got[1] != "tag":
+                break
+            spec = got[2][7:47].decode()
+        raise AvoError(f"git cannot find the tree of {treeish} in {self.work}")
 
     def diff(self, old: str, new: str) -> str:
         """Unified diff between two tree-ishes, leaving out avo's own metadata."""
@@ -359,20 +627,31 @@ class Lineage:
 
     # -- commits and tags -----------------------------------------------------------------
     def head(self) -> str | None:
-        out = self.git("rev-parse", "--verify", "-q", "HEAD", check=False).strip()
-        return out or None
+        """The commit HEAD names, or ``None`` (no commit yet, or HEAD names no commit)."""
+        self.objects()
+        return ref_of(self.git_dir, "HEAD")
 
     def commit_tree(self, tree: str, parent: str | None, message: str) -> str:
-        args = ["commit-tree", tree, "-F", "-"]
-        if parent:
-            args[2:2] = ["-p", parent]
-        return self.git(*args, stdin=message.encode()).strip()
+        """Write a commit of ``tree`` (as ``git commit-tree`` would, author and committer avo)."""
+        when = int(time.time())
+        off = time.localtime(when).tm_gmtoff // 60
+        tz = f"{'+' if off >= 0 else '-'}{abs(off) // 60:02d}{abs(off) % 60:02d}"
+        who = f"avo <avo@localhost> {when} {tz}"
+        head = f"tree {tree}\n" + (f"parent {parent}\n" if parent else "") + f"author {who}\ncommitter {who}\n\n"
+        self._read(tree, "tree")  # as git does: refuse a tree that is not there
+        return self.objects().write("commit", head.encode() + message.encode())
 
     def _on_branch(self) -> None:
         # An agent may have checked out a tag or another branch; the lineage is `main`.
         head = (self.work / ".git" / "HEAD").read_text().strip() if (self.work / ".git" / "HEAD").is_file() else ""
         if head != f"ref: refs/heads/{BRANCH}":
-            self.git("symbolic-ref", "HEAD", f"refs/heads/{BRANCH}")
+            self.objects()
+            _write_file_atomic(self.git_dir / "HEAD", f"ref: refs/heads/{BRANCH}\n".encode())
+
+    def set_ref(self, ref: str, sha: str) -> None:
+        """Point ``ref`` (``refs/heads/...``, ``refs/tags/...``) at the commit ``sha``, in-process."""
+        self._read(sha, "commit")
+        _write_file_atomic(self.git_dir / ref, f"{sha}\n".encode())
 
     def move_branch(self, sha: str) -> None:
         """Point the branch and HEAD at ``sha``, index to match, work tree untouched.
@@ -380,9 +659,9 @@ class Lineage:
         The agent's index is replaced, never read: a damaged one cannot stop a commit.
         """
         self._on_branch()
-        self.git("update-ref", f"refs/heads/{BRANCH}", sha)
+        self.set_ref(f"refs/heads/{BRANCH}", sha)
         with self._temp_index() as index:
-            self.git("read-tree", sha, index=index)
+            self._write_index(index, self.tree_of(sha))
             os.replace(index, self.work / ".git" / "index")
 
     def reset_hard(self, sha: str) -> None:
@@ -393,14 +672,18 @@ class Lineage:
 
     def set_tags(self, wanted: dict[str, str]) -> list[str]:
         """Make ``vN`` tags exactly ``wanted``; return what had to be repaired."""
-        current = {}
-        for line in self.git("for-each-ref", "--format=%(refname:short) %(objectname)", "refs/tags").splitlines():
-            name, _, sha = line.partition(" ")
-            current[name] = sha
+        self.objects()
+        current = {name[len("refs/tags/"):]: sha for name, sha in _packed_refs(self.git_dir).items()
+                   if name.startswith("refs/tags/")}
+        tags = self.git_dir / "refs" / "tags"
+        for path in tags.rglob("*") if tags.is_dir() else []:
+            if path.is_file() and not path.name.endswith(".lock"):
+                name = path.relative_to(tags).as_posix()
+                current[name] = _resolve_ref(self.git_dir, f"refs/tags/{name}") or ""
         repaired = []
         for name, sha in wanted.items():
             if current.get(name) != sha:
-                self.git("tag", "-f", name, sha)
+                self.set_ref(f"refs/tags/{name}", sha)
                 repaired.append(name)
         for name in current:
             if name not in wanted and name[:1] == "v" and name[1:].isdigit():
@@ -422,9 +705,46 @@ class Lineage:
             subprocess.run(["git", "init", "-q", "--bare", "--template=", str(mirror)], env=env,
                            capture_output=True)
         try:
-            self.git("push", "-q", "--no-verify", str(mirror), f"{sha}:refs/heads/{BRANCH}")
-        except AvoError as exc:
+            self._copy_into(mirror, sha)
+        except (AvoError, OSError) as exc:
             raise AvoError(f"cannot copy {sha[:12]} into avo's private backup {mirror}: {exc}") from None
+
+    def _copy_into(self, mirror: Path, sha: str) -> None:
+        """What ``git push`` (fast-forward only) does, in-process: copy the objects ``mirror``
+        lacks, newest commit last, then move its branch, only forward."""
+        theirs = _objects(mirror)
+        current = _resolve_ref(mirror, f"refs/heads/{BRANCH}")
+        if current == sha:
+            return
+        new: list[tuple[str, bytes]] = []
+        spec: str | None = sha
+        while spec and spec != current:
+            if current is None and theirs.read(spec) is not None:
+                break
+            data = self._read(spec, "commit")
+            new.append((spec, data))
+            parents = _parse_commit(spec, data).parents
+            if len(parents) > 1:
+                raise AvoError(f"{spec[:12]} is a merge: avo's lineage is one chain")
+            spec = parents[0] if parents else None
+        if current is not None and spec != current:
+            raise AvoError(f"{sha[:12]} does not descend from the backup's {current[:12]} (not a fast-forward)")
+        root = mirror / "objects"
+        for commit, data in reversed(new):
+            self._copy_tree(theirs, root, _parse_commit(commit, data).tree)
+            _put(theirs, root, commit, "commit", data)
+        _write_file_atomic(mirror / "refs" / "heads" / BRANCH, f"{sha}\n".encode())
+
+    def _copy_tree(self, theirs: _Objects, root: Path, tree: str) -> None:
+        if _has_loose(root, tree):
+            return  # written after everything under it: complete
+        data = self._read(tree, "tree")
+        for _mode, kind, sha, _name in _tree_entries(data):
+            if kind == "tree":
+                self._copy_tree(theirs, root, sha)
+            elif kind == "blob" and not _has_loose(root, sha):
+                _put(theirs, root, sha, "blob", self._read(sha, "blob"))
+        _put(theirs, root, tree, "tree", data)
 
     def restore_from(self, mirror: Path) -> bool:
         """Fetch the lineage back from ``mirror`` (re-creating work/.git if it is gone)."""
@@ -433,14 +753,15 @@ class Lineage:
         if not os.path.lexists(self.work / ".git"):
             self.init()
         self.git("fetch", "-q", "--no-tags", str(mirror), f"+refs/heads/{BRANCH}:refs/avo/backup")
+        _forget(self.git_dir)  # new packs: a fresh reader sees them at once
         return True
 
     def missing_commits(self, shas: Sequence[str]) -> list[str]:
         """Which of ``shas`` are not commits in the repository (one git call for all)."""
         if not shas:
             return []
-        out = self.git("cat-file", "--batch-check", stdin="".join(f"{s}\n" for s in shas).encode())
-        return [sha for sha, line in zip(shas, out.splitlines(), strict=False) if line.split()[1:2] != ["commit"]]
+        store = self.objects()
+        return [sha for sha in shas if (got := store.read(sha)) is None or got[1] != "commit"]
 
     def is_dirty(self, best: str) -> bool:
         """Whether work/ differs from ``best`` as a snapshot would see it; writes nothing in the run.
@@ -450,7 +771,7 @@ class Lineage:
         """
         with tempfile.TemporaryDirectory(prefix="avo-status-") as tmp, \
                 self._temp_index(Path(tmp)) as index:
-            self.git("read-tree", best, index=index, readonly=True)
+            self._write_index(index, self.tree_of(best))
             self.git("update-index", "-q", "--refresh", index=index, check=False, readonly=True)
             changed = self.git_bytes("diff-files", "--name-only", "-z", index=index, readonly=True)
             untracked = self.git_bytes("ls-files", "--others", "--exclude-standard", "-z", "--directory",

@@ -1,0 +1,147 @@
+"""What a step costs in processes and imports (counted, never timed: bench/ times them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import set_constants
+
+HEAVY = ("git", "gitdb", "numpy", "matplotlib", "mcp", "anthropic", "openai", "pydantic")
+
+SUBMITS = """
+import json, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[3])
+from avo.engine import open_run, submit
+from tests.conftest import set_constants
+run_dir, log = Path(sys.argv[1]), Path(sys.argv[2])
+counts = []
+for x in (5.0, 1.0, 6.0):  # accepted, rejected, accepted
+    log.write_text("")
+    run = open_run(run_dir, run_dir.parent)
+    set_constants(run.paths.work, x=x)
+    out = submit(run, f"X={x}")
+    counts.append([out.outcome, log.read_text().splitlines()])
+print(json.dumps(counts))
+"""
+
+
+def _shim(folder: Path) -> Path:
+    """A `git` first on PATH that logs its arguments, then runs the real git."""
+    real = shutil.which("git")
+    assert real
+    folder.mkdir()
+    log = folder / "calls.log"
+    (folder / "git").write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> "{log}"\nexec "{real}" "$@"\n')
+    (folder / "git").chmod(0o755)
+    return log
+
+
+def test_git_processes_per_submit(toy: Path, runs_root: Path, core_plugins: None, tmp_path: Path) -> None:
+    from avo.engine import start_run
+
+    run = start_run(str(toy), runs_root)
+    log = _shim(tmp_path / "shim")
+    env = {**os.environ, "PATH": f"{log.parent}{os.pathsep}{os.environ['PATH']}", "AVO_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    proc = subprocess.run([sys.executable, "-c", SUBMITS, str(run.paths.root), str(log), str(Path(__file__).parents[1])],
+                          capture_output=True, text=True, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr
+    (first, calls1), (second, calls2), (third, calls3) = json.loads(proc.stdout)
+    assert (first, second, third) == ("accepted", "rejected", "accepted")
+    # Importing GitPython probes `git version` (twice, once per process); objects, trees,
+    # commits, refs and the backup copy are written in-process; each repository (work/.git,
+    # the backup) has one persistent reader, started once per process.
+    assert calls1[:2] == ["version", "version"]
+    calls1 = calls1[2:]
+    assert sorted(c for c in calls1 if c.startswith("cat-file")) == ["cat-file --batch", "cat-file --batch"]
+    commands = [c.split(" -c ")[-1].split(" ", 1)[-1] for c in calls1 if not c.startswith("cat-file")]
+    assert [c.split()[0] for c in commands] == ["add", "write-tree", "diff"], calls1
+    assert len(calls3) == 3  # the readers are still running
+    # A rejected step also snapshots again (edits made during the evaluation) and resets work/.
+    assert [c.split(" -c ")[-1].split(" ", 1)[-1].split()[0] for c in calls2] == [
+        "add", "write-tree", "diff", "add", "write-tree", "reset", "clean"], calls2
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["status", "--help"], ["submit", "--help"]])
+def test_help_imports_nothing_heavy(argv: list[str]) -> None:
+    # A command's own help goes through typer's parameter coercion, which imports pydantic
+    # itself (typer/_adapters.py); avo's models, the engine and the lineage stay unimported.
+    heavy = HEAVY if argv == ["--help"] else tuple(m for m in HEAVY if m != "pydantic")
+    code = (
+        "import sys\nfrom avo.cli import main\nsys.argv = ['avo', *sys.argv[1:]]\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        f"mods = {{m.split('.')[0] for m in sys.modules}} & set({heavy!r})\n"
+        "mods |= {m for m in sys.modules if m in ('avo.models', 'avo.state', 'avo.engine', 'avo.lineage')}\n"
+        "print('HEAVY', sorted(mods))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                          env={**os.environ, "AVO_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    assert "HEAVY []" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_status_reads_the_lineage_only_through_its_readers(toy: Path, runs_root: Path, core_plugins: None,
+                                                           tmp_path: Path) -> None:
+    from avo.engine import start_run
+
+    run = start_run(str(toy), runs_root)
+    set_constants(run.paths.work, x=5)
+    log = _shim(tmp_path / "shim")
+    env = {**os.environ, "PATH": f"{log.parent}{os.pathsep}{os.environ['PATH']}", "AVO_DISABLE_PLUGIN_AUTOLOAD": "1",
+           "AVO_RUNS_DIR": str(runs_root)}
+    proc = subprocess.run([sys.executable, "-m", "avo", "status", "--run", str(run.paths.root)],
+                          capture_output=True, text=True, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr
+    calls = log.read_text().splitlines()
+    # One reader on the backup, one on work/.git, and the dirty check's four index commands.
+    assert sum(c == "cat-file --batch" for c in calls) <= 2, calls
+    assert not any(" add " in f" {c} " or "write-tree" in c or "update-ref" in c for c in calls), calls
+
+
+def test_mcp_server_starts_without_gitpython(tmp_path: Path) -> None:
+    pytest.importorskip("mcp")
+    code = (
+        "import sys\nfrom pathlib import Path\nfrom avo.mcp_server import build_server\n"
+        "build_server(Path(sys.argv[1]))\n"
+        "print('GIT', sorted(m for m in sys.modules if m.split('.')[0] in ('git', 'gitdb')))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
+                          env={**os.environ, "AVO_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    assert "GIT []" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_long_chains_read_the_same_as_git_log(tmp_path: Path) -> None:
+    from avo.lineage import Lineage, object_ids, read_commits, read_objects
+
+    work = tmp_path / "work"
+    work.mkdir()
+    lineage = Lineage(work, tmp_path / "private" / "index")
+    lineage.init()
+    parent = None
+    for i in range(150):  # past the in-process walk: the rest comes from one rev-list, pipelined
+        (work / "f.txt").write_text(f"{i}\n")
+        tree = lineage.tree_with_file(lineage.snapshot_tree(), ".avo/scores.jsonl", f"{i}\n".encode())
+        parent = lineage.commit_tree(tree, parent, f"v{i}\n\nbody {i}\n")
+        lineage.set_ref("refs/heads/main", parent)
+    assert parent is not None
+    git_dir = work / ".git"
+    chain = read_commits(git_dir, parent)
+    logged = subprocess.run(["git", "--git-dir", str(git_dir), "log", "--first-parent", "--format=%H %T", parent],
+                            capture_output=True, text=True, check=True).stdout.split("\n")
+    assert [f"{c.sha} {c.tree}" for c in chain] == [line for line in logged if line][::-1]
+    assert [c.message for c in chain[:2]] == ["v0\n\nbody 0\n", "v1\n\nbody 1\n"]
+    specs = [f"{c.sha}:.avo/scores.jsonl" for c in chain] + ["0" * 40, f"{parent}:.avo/none", "nothing"]
+    ids = object_ids(git_dir, specs)
+    for c, oid in zip(chain, ids, strict=False):
+        want = subprocess.run(["git", "--git-dir", str(git_dir), "rev-parse", f"{c.sha}:.avo/scores.jsonl"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        assert oid == want
+    assert ids[-3:] == [None, None, None]
+    blobs = read_objects(git_dir, specs)
+    assert blobs[:3] == [b"0\n", b"1\n", b"2\n"] and blobs[-3:] == [None, None, None]
