@@ -196,6 +196,9 @@ def main(report: Path) -> None:
         start = interleave({"python -c pass": [sys.executable, "-c", "pass"],
                             "python -c 'import typer'": [sys.executable, "-c", "import typer"],
                             "avo --help": [*AVO, "--help"]}, env, 15)
+        # `avo targets` with every installed plugin loaded (routing, validation, conflicts).
+        plugins_env = {k: v for k, v in env.items() if k != "AVO_DISABLE_PLUGIN_AUTOLOAD"}
+        listing = interleave({"avo --help": [*AVO, "--help"], "avo targets": [*AVO, "targets"]}, plugins_env, 7)
         # 3. Commands at 10 versions vs a big run.
         ten = start_run(str(TOY), runs_root, stall_limit=10**6)
         submits(ten.paths.root, runs_root, 9, None, None, accept_only=True)
@@ -234,6 +237,9 @@ def main(report: Path) -> None:
             f"{typer_cpu * 1000:.0f} ms | {help_cpu / typer_cpu:.2f}× | ≤ 1.5× |",
             f"| `avo status` (10 versions) | {at10['avo status'] * 1000:.0f} ms | `avo --help` "
             f"{at10['avo --help'] * 1000:.0f} ms | {at10['avo status'] / at10['avo --help']:.2f}× | ≤ 1.5× |",
+            f"| `avo targets`, every installed plugin | {listing['avo targets'][0] * 1000:.0f} ms | `avo --help` "
+            f"{listing['avo --help'][0] * 1000:.0f} ms | {listing['avo targets'][0] / listing['avo --help'][0]:.2f}× "
+            "| no more than the first version's ratio |",
             "",
             f"`python -c pass` took {start['python -c pass'][0] * 1000:.0f} ms wall here; `avo --help` "
             f"{help_w * 1000:.0f} ms wall. The toy evaluator took {evaluator * 1000:.0f} ms "
