@@ -181,6 +181,9 @@ class Worker:
         self._reply(START_TIMEOUT_S, "starting the sandbox worker")
         self._started = True
         self.pid, self.watch = self._find_worker(harness / "worker.py")
+        # At level none the watched process is this evaluator, whose own children from before
+        # the worker (a test's git readers, say) are not the kernel's.
+        self._kids0 = _children(self.watch) - {self.pid, self.proc.pid}
         self._clock = ((~self.pid) << 3) | _CPUCLOCK_SCHED
         self._reaped0 = self._reaped()
         # Every task the sandbox creates from now on (a thread or a process, even one the
@@ -391,7 +394,7 @@ class Worker:
             self._kill()
             raise SandboxFailure(f"the kernel ran {(cost.cpu - cost.main) * 1e3:.1f} ms on a thread other than the "
                                  f"calling one while {what}, and that thread ended before the call returned{hint}")
-        kids = _children(self.pid) | (_children(self.watch) - {self.pid})
+        kids = _children(self.pid) | (_children(self.watch) - {self.pid} - self._kids0)
         if self.level == "none":
             kids -= {self.proc.pid}
         if kids:
