@@ -144,25 +144,26 @@ def pycache_dir() -> Path:
 # once and compiled without a bytecode cache: a file swapped and restored around the import,
 # or a .pyc planted in any cache, never runs. Everything else imports as usual.
 _BOOT = """
-import hashlib, importlib.abc, importlib.util, json, sys
+import hashlib, importlib.abc, importlib.machinery, importlib.util, json, sys
 ROOT, FILES = {root!r}, json.loads({manifest!r})
-class Loader(importlib.abc.Loader):
-    def __init__(self, rel): self.rel = rel
-    def create_module(self, spec): return None
-    def exec_module(self, module):
-        data = open(ROOT + "/" + self.rel, "rb").read()
+class Loader(importlib.machinery.SourceFileLoader):
+    # A file loader (package resources keep working) whose code comes only from checked bytes.
+    def __init__(self, name, path, rel):
+        super().__init__(name, path)
+        self.rel = rel
+    def get_code(self, fullname):
+        data = self.get_data(self.path)
         if hashlib.sha256(data).hexdigest() != FILES[self.rel]:
             raise ImportError("avo: " + self.rel + " of the evaluator copy changed since the run started")
-        exec(compile(data, ROOT + "/" + self.rel, "exec", dont_inherit=True), module.__dict__)
+        return compile(data, self.path, "exec", dont_inherit=True)
 class Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
         base = name.replace(".", "/")
         for rel, package in ((base + "/__init__.py", True), (base + ".py", False)):
             if rel in FILES:
-                spec = importlib.util.spec_from_file_location(
-                    name, ROOT + "/" + rel, loader=Loader(rel),
+                return importlib.util.spec_from_file_location(
+                    name, ROOT + "/" + rel, loader=Loader(name, ROOT + "/" + rel, rel),
                     submodule_search_locations=[ROOT + "/" + base] if package else None)
-                return spec
         return None
 sys.meta_path.insert(0, Finder())
 from avo.evaluator import main
