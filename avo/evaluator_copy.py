@@ -236,11 +236,11 @@ def fresh_runtime(spec: TargetSpec, private: Path, label: str, *, sandbox: str |
     package = copy_folder(root, module)
     hashes = hash_tree(root, exclude)
     copy = prepare(private, root, hashes, module=package)
-    check(copy, package, hashes, runtime_hashes(module is not None))
+    runtime = runtime_hashes(module is not None)
+    check(copy, package, hashes, runtime)
     level, _ = resolve_level(sandbox or os.environ.get("AVO_SANDBOX", "").strip() or "auto")
     from avo.plugins import plugin_distribution
 
-    runtime = runtime_hashes(module is not None)
     return Runtime(copy, package, module, spec.provider if module else None, level, private / "eval" / label,
                    distribution=plugin_distribution(spec.provider or "") if module else None,
                    files=manifest(package, hashes, runtime))
