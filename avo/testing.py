@@ -328,8 +328,10 @@ class TargetConformance:
 
         if not probe()[0]:
             pytest.skip(f"without a sandbox a setsid daemon escapes the process group: {probe()[1]}")
-        marker = f"avo-hostile-daemon-{os.getpid()}-{time.time_ns()}"
-        shell = f"(setsid sh -c 'sleep 120 # {marker}' >/dev/null 2>&1 &) ; true"
+        # The marker is sleep's own argument: a comment after it would be dropped when the
+        # shell execs sleep, and the daemon could then be neither found nor killed.
+        marker = f"sleep 120.{os.getpid()}{time.time_ns() % 10**9:09d}"
+        shell = f"(setsid {marker} >/dev/null 2>&1 &) ; true"
         cand = self.hostile_candidate(seed_dir, tmp_path / "daemon", shell)
         self.evaluate(target_spec, cand, tmp_path, set(seed_evaluation.result.metrics) or None)
         time.sleep(0.5)

@@ -163,4 +163,4 @@ def test_hostile_checks_catch_a_daemon_when_candidates_run_unsandboxed(tmp_path:
     bare = _run_suite(tmp_path / "b", target, only, hostile, env={**os.environ, "AVO_SANDBOX": "none"})
     assert sandboxed == {"test_hostile_a_daemon_does_not_outlive_the_evaluation": "passed"}
     assert bare == {"test_hostile_a_daemon_does_not_outlive_the_evaluation": "failed"}
-    subprocess.run(["pkill", "-f", "avo-hostile-daemon-"], capture_output=True)
+    subprocess.run(["pkill", "-f", r"^sleep 120\.[0-9]+$"], capture_output=True)  # the unsandboxed one's daemon
