@@ -786,3 +786,21 @@ def diff_fingerprint(diff: str) -> str:
         if line[:1] in "+-" or line.startswith("diff --git")
     ]
     return hashlib.sha256("\n".join(kept).encode()).hexdigest()[:16]
+
+
+class BackupReader(Lineage):
+    """Reads (exports) versions from a run's private backup, never from its work/.git.
+
+    Another island's work/ is its agent's to write; what that run committed is in the backup.
+    """
+
+    def __init__(self, backup: Path):
+        super().__init__(backup, backup / "index-unused")
+        self.backup = backup
+
+    @property
+    def git_dir(self) -> Path:
+        return self.backup
+
+    def objects(self) -> _Objects:
+        return _objects(self.backup)
