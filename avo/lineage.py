@@ -796,11 +796,11 @@ class BackupReader(Lineage):
 
     def __init__(self, backup: Path):
         super().__init__(backup, backup / "index-unused")
-        self.backup = backup
+        self._store = backup
 
     @property
     def git_dir(self) -> Path:
-        return self.backup
+        return self._store
 
     def objects(self) -> _Objects:
-        return _objects(self.backup)
+        return _objects(self._store)

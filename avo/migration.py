@@ -162,3 +162,20 @@ def arrivals(records: list[dict[str, Any]], limit: int = 3) -> list[dict[str, An
         elif r.get("kind") in STEP_KINDS:
             break
     return list(reversed(out))[-limit:]
+
+
+def offer_line(done: Offer, run: Run) -> str:
+    """One line saying what a migration did, for the agent whose submit it followed."""
+    from avo.numbers import fmt_number
+
+    best = run.state.best_version
+    if done.outcome == "skipped":
+        return f"migration: nothing arrived ({done.reason})"
+    assert done.origin is not None and done.submitted is not None
+    score = fmt_number(done.submitted.evaluation.scalar) if done.submitted.evaluation.scalar is not None else "no score"
+    if done.outcome == "accepted":
+        verdict = f"ACCEPTED as v{best.n}; work/ now holds it"
+    else:
+        verdict = f"{done.outcome.upper()} ({done.reason}); work/ is back at v{best.n}"
+    return (f"migration (step {done.submitted.step}): {done.origin.describe()} arrived, scored {score} here: "
+            f"{verdict}. `avo prompt` says more.")

@@ -98,3 +98,10 @@ def colony_evolve(*, target: str | None, backend: str | None, colony: Path | Non
         err.print(f"[bold red]error:[/] {summary.stop_reason} (see each island's logs/colony-driver.log)",
                   markup=True)
         raise typer.Exit(EXIT_ERROR)
+
+
+def colony_ref(run: str | None, runs_dir: Path | None) -> Path | None:
+    """The colony ``--run`` names, if it names one (an island or a run gives None)."""
+    from avo.colony import resolve_colony
+
+    return resolve_colony(run, runs_root(runs_dir)) if run else None
