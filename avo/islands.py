@@ -137,9 +137,18 @@ def start_missing(folder: Path, *, progress: Callable[[str], None] | None = None
 # -- driving ---------------------------------------------------------------------------------
 
 
-def island_config(base: EvolveConfig, spec: IslandSpec) -> EvolveConfig:
-    """The colony's settings with the island's own (``--island-option``) on top."""
+SEED_STRIDE = 1000  # island k's seed is --seed + 1000 (k-1): distinct streams, no overlap in short runs
+
+
+def island_config(base: EvolveConfig, spec: IslandSpec, index: int = 0) -> EvolveConfig:
+    """The colony's settings with the island's own (``--island-option``) on top.
+
+    With ``--seed S`` and no seed of its own, island ``index`` (0-based) gets ``S + 1000 index``:
+    islands that share a backend then still explore differently.
+    """
     data = base.model_dump()
+    if base.seed is not None:
+        data["seed"] = base.seed + SEED_STRIDE * index
     if spec.backend and spec.backend != base.backend:
         data["options"] = {}  # another backend's options are not this one's
         data["backend"] = spec.backend
@@ -220,7 +229,7 @@ def evolve_colony(folder: Path, config: EvolveConfig, *, parallel: int | None = 
                        f"`avo evolve --resume {folder}` starts them")
     from avo.plugins import find_backend
 
-    configs = {s.name: island_config(config, s) for s in colony.islands}
+    configs = {s.name: island_config(config, s, i) for i, s in enumerate(colony.islands)}
     for name, cfg in configs.items():
         info = find_backend(cfg.backend)
         if not info.available:
