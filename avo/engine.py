@@ -148,10 +148,13 @@ def evaluator_hashes(
 
 
 def runs_home(folder: Path) -> Path:
-    """The runs directory that holds ``folder``'s runs: a colony's islands live one level down."""
+    """The runs directory that holds ``folder``'s runs: a colony's islands live one level down
+    (and start two levels down, in the colony's staging folders)."""
     from avo.colony import is_colony
 
-    return folder.parent if is_colony(folder) else folder
+    if is_colony(folder):
+        return folder.parent
+    return folder.parent.parent if is_colony(folder.parent) else folder
 
 
 def check_integrity(run: Run) -> None:

@@ -16,6 +16,7 @@ import ctypes
 import json
 import os
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -101,7 +102,7 @@ class ColonySummary:
 
 
 def start_colony(target: str, runs_root: Path, islands: list[IslandSpec], policy: MigrationPolicy, *,
-                 progress: Callable[[str], None] | None = None, **start: Any) -> Path:
+                 progress: Callable[[str], None] | None = None, parallel: int | None = None, **start: Any) -> Path:
     """Create the colony and start every island (each an ordinary run: seed, baselines, v0)."""
     from avo.plugins import find_target
 
@@ -109,29 +110,60 @@ def start_colony(target: str, runs_root: Path, islands: list[IslandSpec], policy
     folder = create_colony(spec.name, runs_root, islands, policy,
                            {"target": str(Path(target).resolve()) if spec.directory is not None else target,
                             **start})
-    start_missing(folder, progress=progress)
+    start_missing(folder, progress=progress, parallel=parallel)
     return folder
 
 
-def start_missing(folder: Path, *, progress: Callable[[str], None] | None = None) -> list[str]:
-    """Start the islands a killed start left out (their seeds are evaluated one after another)."""
+def _staging(folder: Path, name: str) -> Path:
+    return folder / f".starting-{name}"
+
+
+def _start_island(folder: Path, name: str, loud: bool) -> str:
+    """Start one island in its own staging folder (concurrent starts never meet there: a start
+    removes the unfinished folders it finds beside it), then move the finished run into place."""
     from avo.engine import start_run
+    from avo.partials import remove_stale
+
+    def say(line: str) -> None:
+        if loud:
+            print(f"  [{name}] {line}", file=sys.stderr, flush=True)
+
+    args = dict(load_colony(folder).start)
+    staging = _staging(folder, name)
+    staging.mkdir(exist_ok=True)
+    if not (staging / name / "run.json").is_file():  # else a killed start finished it already
+        remove_stale(staging)
+        start_run(args.pop("target"), staging, run_id=name, progress=say, **args)
+    os.rename(staging / name, folder / name)
+    shutil.rmtree(staging, ignore_errors=True)
+    return name
+
+
+def start_missing(folder: Path, *, progress: Callable[[str], None] | None = None,
+                  parallel: int | None = None) -> list[str]:
+    """Start the islands a killed start left out, ``parallel`` at once (each in a process of its own:
+    the evaluator's signal handling belongs to a main thread)."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
     from avo.partials import remove_stale
 
     say = progress or (lambda line: None)
     colony = load_colony(folder)
     remove_stale(folder)
-    started = []
-    args = dict(colony.start)
-    target = args.pop("target")
-    for name in colony.names():
-        if (folder / name / "run.json").is_file():
-            continue
-        say(f"starting {colony.id}/{name} ...")
-        start_run(target, folder, run_id=name, progress=lambda m, n=name: say(f"  [{n}] {m}"), **args)
+    todo = [n for n in colony.names() if not (folder / n / "run.json").is_file()]
+    if not todo:
+        return []
+    say(f"starting {', '.join(todo)} of {colony.id} (each evaluates its seed and baselines) ...")
+    workers = max(1, min(parallel or len(todo), len(todo)))
+    if workers == 1:
+        done = [_start_island(folder, n, progress is not None) for n in todo]
+    else:
+        with ProcessPoolExecutor(workers, mp_context=get_context("fork")) as pool:
+            done = list(pool.map(_start_island, [folder] * len(todo), todo, [progress is not None] * len(todo)))
+    for name in done:
         append_event(folder, {"kind": "island_start", "island": name})
-        started.append(name)
-    return started
+    return done
 
 
 # -- driving ---------------------------------------------------------------------------------

@@ -78,11 +78,12 @@ def colony_evolve(*, target: str | None, backend: str | None, colony: Path | Non
                 raise AvoError(f"backend {spec.backend or chosen!r} of {spec.name} cannot run here: "
                                f"{info.reason or 'not available'}; nothing was started")
         colony = start_colony(target, runs_root(runs_dir), specs, policy, progress=lambda m: err.print(m),
+                              parallel=parallel,
                               max_steps=config.max_steps, quick=quick, stall_limit=stall_limit, sandbox=sandbox,
                               executor=executor, executor_options=executor_options)
         err.print(f"started colony {colony.name} at {colony}")
     else:
-        for name in start_missing(colony, progress=lambda m: err.print(m)):
+        for name in start_missing(colony, progress=lambda m: err.print(m), parallel=parallel):
             err.print(f"started {name}, which the interrupted start had not reached")
     reporter = _reporter(json_log, plain)
     try:
