@@ -385,3 +385,42 @@ def test_classic_colony_on_game2048_quick(tmp_path: Path, runs_root: Path) -> No
     res = _avo(["verify", str(exported)], env, timeout=600)
     assert res.returncode == 0, res.stdout + res.stderr
     assert [line.split(":")[0] for line in res.stdout.splitlines()] == ["island-1", "island-2", "island-3"]
+
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "game2048-colony"
+
+
+def test_the_shipped_colony_example_agrees_with_itself_and_reproduces(tmp_path: Path) -> None:
+    """examples/game2048-colony: every island's bundle holds its recorded versions, the README's
+    migration table is the colony's events, and each island's best replays to its score."""
+    pytest.importorskip("avo_target_game2048")
+    from avo.colony_report import verify_colony
+
+    colony = load_colony(EXAMPLE)
+    offers = [e for e in read_events(EXAMPLE) if e.get("kind") == "migration"]
+    readme = (EXAMPLE / "README.md").read_text()
+    table = readme.split("## Every migration offer")[1].split("Checked:")[0]
+    assert len([line for line in table.splitlines() if line.startswith("| island-")]) == len(offers)
+    for name in colony.names():
+        state = json.loads((EXAMPLE / name / "run.json").read_text())
+        tags = subprocess.run(["git", "ls-remote", "--tags", str(EXAMPLE / name / "lineage.bundle")],
+                              capture_output=True, text=True, check=True).stdout
+        listed = dict(reversed(line.split("\t")) for line in tags.splitlines())
+        for v in state["versions"]:
+            assert listed.get(f"refs/tags/v{v['n']}") == v["sha"]
+        kept = [r for r in read_trajectory_file(EXAMPLE / name) if r.get("migrant") and r["outcome"] == "accepted"]
+        clone = tmp_path / name
+        subprocess.run(["git", "clone", "-q", str(EXAMPLE / name / "lineage.bundle"), str(clone)], check=True)
+        for r in kept:  # an accepted migrant's commit names its origin
+            message = subprocess.run(["git", "log", "-1", "--format=%B", state["versions"][r["version"]]["sha"]],
+                                     cwd=clone, capture_output=True, text=True, check=True).stdout
+            assert f"avo-migrant-island: {r['migrant']['island']}\navo-migrant-version: v{r['migrant']['version']}" \
+                in message
+    assert any(e["outcome"] == "accepted" for e in offers)
+    results = verify_colony(EXAMPLE)
+    assert [n for n, _ in results] == colony.names()
+    assert all(res.ok for _, res in results), [res.detail for _, res in results]
+
+
+def read_trajectory_file(folder: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (folder / "trajectory.jsonl").read_text().splitlines()]
