@@ -291,7 +291,7 @@ def evolve_colony(folder: Path, config: EvolveConfig, *, parallel: int | None = 
                 child = _spawn(folder, colony, name, configs[name], progress, rounds)
                 if isinstance(child, str):
                     stop_reason = stop_reason or child if child.startswith(("time", "spend")) else stop_reason
-                    progress.rows[name].activity = child
+                    progress.rows[name].activity = progress.rows[name].exit = child
                     continue
                 running[name] = child
                 assert child.proc.stdout is not None
@@ -383,7 +383,10 @@ def _spawn(folder: Path, colony: ColonyState, name: str, config: EvolveConfig, p
         left = config.max_cost - progress.spend()
         if left <= 0:
             return f"spend ${progress.spend():.4f} reached --max-cost ${config.max_cost:.4f}"
-        cap = row.spend + left  # an island's cap is its own spend so far plus what the colony has left
+        # What the colony has left is shared by the islands that may still step, so together
+        # they stay within it (each may finish the step it started, as a single run does).
+        sharing = sum(1 for r in progress.rows.values() if r.exit is None or r is row)
+        cap = row.spend + left / max(1, sharing)
     cmd = child_command(folder / name, config, target, time_left, cap)
     log = folder / name / "logs" / "colony-driver.log"  # a file, not a pipe: a full pipe would stall the child
     with open(log, "a", encoding="utf-8") as stderr:

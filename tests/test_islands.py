@@ -424,3 +424,94 @@ def test_the_shipped_colony_example_agrees_with_itself_and_reproduces(tmp_path: 
 
 def read_trajectory_file(folder: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (folder / "trajectory.jsonl").read_text().splitlines()]
+
+
+def test_max_cost_bounds_the_colony_as_a_whole(toy: Path, runs_root: Path, scripts: dict[str, str]) -> None:
+    env = _env(scripts, runs_root)
+    res = _avo(["evolve", "--target", str(toy), "--backend", "mock", "--islands", "3", "--max-steps", "10",
+                "--max-cost", "0.006", "--plain"], env)
+    assert res.returncode == 0, res.stderr
+    colony = _colony(runs_root)
+    from avo.evolve import spend_of
+
+    spends = [spend_of(read_trajectory(_island(colony, k).paths))[0] for k in (1, 2, 3)]
+    assert sum(spends) <= 0.006 + 1e-9  # each agent step costs 0.001: three islands share the 0.006
+    assert all(s > 0 for s in spends)
+    assert all(steps_taken(read_trajectory(_island(colony, k).paths)) < 10 for k in (1, 2, 3))
+    assert "--max-cost" in res.stdout
+
+
+def test_ctrl_c_stops_every_island_cleanly(toy: Path, runs_root: Path, scripts: dict[str, str]) -> None:
+    env = _env(scripts, runs_root, AGENT_HANG="1")
+    proc = subprocess.Popen([sys.executable, "-m", "avo", "evolve", "--target", str(toy), "--backend", "mock",
+                             "--islands", "2", "--max-steps", "4", "--plain"], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    agents = Path(scripts["dir"])
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(list(agents.glob("*.hanging"))) < 2:
+        time.sleep(0.1)
+    assert len(list(agents.glob("*.hanging"))) == 2
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert "avo evolve --resume" in stderr
+    colony = _colony(runs_root)
+    for k in (1, 2):
+        run = _island(colony, k)
+        records = read_trajectory(run.paths)
+        assert [(r["attempt"], r["phase"]) for r in records if r["kind"] == "interrupted"] == [(2, "agent")]
+        assert not run.lineage.is_dirty(run.state.best_version.sha)  # the half-done step is archived
+        assert list(run.paths.rejected.glob("reverted-*.diff"))
+    for hanging in agents.glob("*.hanging"):
+        try:
+            os.kill(int(hanging.read_text()), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_resume_starts_the_islands_a_killed_start_never_reached(toy: Path, runs_root: Path,
+                                                                 scripts: dict[str, str]) -> None:
+    from avo.colony import create_colony
+
+    folder = create_colony("toy", runs_root, island_specs(2, {}), MigrationPolicy(),
+                           {"target": str(toy), "max_steps": 2, "sandbox": "none"})
+    env = _env(scripts, runs_root)
+    res = _avo(["evolve", "--resume", str(folder), "--backend", "mock", "--max-steps", "2", "--plain"], env)
+    assert res.returncode == 0, res.stderr
+    assert "started island-1, which the interrupted start had not reached" in res.stderr
+    for k in (1, 2):
+        assert steps_taken(read_trajectory(_island(folder, k).paths)) == 2
+    listed = _avo(["runs"], env).stdout
+    assert folder.name in listed and "colony of 2 islands" in listed
+
+
+def test_dashboard_has_one_row_per_island_and_the_colony_best() -> None:
+    from rich.console import Console
+
+    from avo.colony_view import render
+    from avo.islands import ColonyProgress, IslandRow
+
+    rows = {"island-1": IslandRow("island-1", "mock", steps=3, max_steps=6, best=12.0, best_version=2, seed=8.0,
+                                  activity="step 4: agent working", last="accepted: X to 3"),
+            "island-2": IslandRow("island-2", "classic", steps=2, max_steps=6, best=9.0, best_version=1, seed=8.0,
+                                  migrants_in=1, accepted_in=1, activity="a migrant arrives")}
+    console = Console(record=True, width=160)
+    console.print(render(ColonyProgress("c1", "toy", "maximize", rows, 2)))
+    text = console.export_text()
+    assert "island-1" in text and "island-2" in text and "step 4: agent working" in text
+    assert "1 (1 kept)" in text and "+50.0%" in text
+    assert "colony best: island-1 v2 = 12" in text
+
+
+def test_mcp_submit_on_an_island_offers_the_due_migrant(toy: Path, runs_root: Path, core_plugins: None) -> None:
+    from avo.mcp_server import AvoTools
+
+    colony = _start(toy, runs_root, every=1)
+    _step(_island(colony, 2), x=4.0)  # a session on island-2 already has a version to give
+    tools = AvoTools(runs_root)
+    set_constants(_island(colony, 1).paths.work, y=2.0)
+    text = tools.submit("Y to 2", run=f"{colony.name}/island-1")
+    assert "ACCEPTED as v1" in text and "migration (step 2)" in text and "island-2 v1 arrived" in text
+    one = _island(colony, 1)
+    assert [r.get("migrant", {}).get("island") for r in read_trajectory(one.paths) if r.get("kind") == "submit"] \
+        == [None, "island-2"]

@@ -305,15 +305,24 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
             removed = remove_stale(root) if clean else []
             states = all_runs(root)
             partials = list_partials(root)
+            from avo.colony import is_colony, load_colony
+
+            colonies = [load_colony(p) for p in sorted(root.iterdir()) if is_colony(p)] if root.is_dir() else []
             if json_out:
                 print_json([{"run": s.id, "target": s.target.name, "versions": len(s.versions), "steps": s.steps,
                              "best": s.best_version.scalar, "created": s.created} for s in states]
+                           + [{"colony": c.id, "target": c.target, "islands": c.names(), "created": c.created}
+                              for c in colonies]
                            + [{"run": p.run_id, "path": str(p.path), "unfinished": True, "starting": p.alive}
                               for p in partials])
                 return
             for p in removed:
                 out.print(f"removed {p.path}", markup=False)
-            if not states and not partials:
+            for c in colonies:
+                when = time.strftime("%Y-%m-%d %H:%M", time.localtime(c.created))
+                out.print(f"{c.id:<40} {c.target:<16} {when}  colony of {len(c.islands)} islands "
+                          f"(`avo status --run {c.id}`)", markup=False)
+            if not states and not partials and not colonies:
                 out.print(f"no runs under {root.resolve()}", markup=False)
             for s in states:
                 when = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.created))
