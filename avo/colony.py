@@ -106,10 +106,11 @@ class MigrantOrigin(BaseModel):
 
 @dataclass
 class Migrant:
-    """A migrant ready to be submitted: its origin and its files, exported from the donor's backup."""
+    """A migrant ready to be submitted: its origin and its tree, copied from the donor's backup
+    into the receiving lineage's object store."""
 
     origin: MigrantOrigin
-    files: Path
+    tree: str
 
 
 def is_colony(folder: Path) -> bool:

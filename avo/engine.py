@@ -840,26 +840,6 @@ def _update_supervisor(state: RunState, fingerprint: str | None, outcome: str) -
         sup.due, sup.reason = True, f"stalled: {stalled} steps without a new best{since}"
 
 
-def _place_migrant(work: Path, files: Path) -> None:
-    """Make work/ hold exactly the migrant's files (avo's .git and .avo/ stay)."""
-    keep = {".git", META_DIR}
-    for entry in work.iterdir():
-        if entry.name in keep:
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink()
-    for entry in files.iterdir():
-        if entry.name in keep:
-            continue
-        dest = work / entry.name
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.copytree(entry, dest, symlinks=True)
-        else:
-            shutil.copy2(entry, dest, follow_symlinks=False)
-
-
 def submit(
     run: Run, message: str, *, extra: dict[str, Any] | None = None, progress: Callable[[str], None] | None = None,
     migrant: Migrant | None = None,
@@ -867,10 +847,11 @@ def submit(
     """Evaluate the work tree and apply the commit policy against the best committed score.
 
     ``progress`` receives a line before each long phase (the evaluation, re-measurements).
-    ``migrant``: another island's best, offered to this run (:mod:`avo.migration`). Under
-    the lock its files replace the clean work tree, then it is one candidate like any
-    other: this run's evaluator, a fresh secret, the same policy, journal and backup; its
-    commit's trailers and its record name its origin.
+    ``migrant``: another island's best, offered to this run (:mod:`avo.migration`): its tree
+    (already in this lineage's object store) is the candidate instead of the work tree's,
+    one candidate like any other: this run's evaluator, a fresh secret, the same policy,
+    journal and backup; its commit's trailers and its record name its origin. Only a clean
+    work tree takes one (a reset would destroy an agent's unsubmitted edits).
     """
     say = progress or (lambda line: None)
     if not message.strip():
@@ -882,17 +863,15 @@ def submit(
         _check_can_step(state)
         check_integrity(run)
         best = state.best_version
-        if migrant is not None:
-            if lineage.is_dirty(best.sha):  # an agent's unfinished candidate is never overwritten
-                raise AvoError(f"work/ holds an unsubmitted candidate; a migrant is only offered to a clean "
-                               f"work tree (at v{best.n})")
-            _place_migrant(paths.work, migrant.files)
+        if migrant is not None and lineage.is_dirty(best.sha):  # an agent's candidate is never reset away
+            raise AvoError(f"work/ holds an unsubmitted candidate; a migrant is only offered to a clean "
+                           f"work tree (at v{best.n})")
         head = lineage.head()
         if head != best.sha:
             notes.append(f"work/ HEAD was moved off v{best.n} (agent commits or resets); "
                          "its content is taken as one candidate")
         check_work_limits(paths.work, state.target.work_limits)
-        tree = lineage.snapshot_tree()
+        tree = lineage.snapshot_tree() if migrant is None else lineage.tree_of(migrant.tree)
         diff = lineage.diff(best.sha, tree)
         if not diff.strip():
             raise AvoError(f"nothing to submit: work/ is identical to the best version v{best.n}. "
@@ -979,9 +958,12 @@ def submit(
             record["version"] = n
             write_json_atomic(paths.journal, json.dumps({"kind": "accept", "step": step, "record": record}))
             lineage.move_branch(sha)
-            # Keep the work tree's copy of the score file in step with the commit.
-            (paths.work / META_DIR).mkdir(exist_ok=True)
-            (paths.work / SCORES_FILE).write_text(scores)
+            if migrant is not None:
+                lineage.reset_hard(sha)  # work/ takes the migrant (ignored files stay, as in every reset)
+            else:
+                # Keep the work tree's copy of the score file in step with the commit.
+                (paths.work / META_DIR).mkdir(exist_ok=True)
+                (paths.work / SCORES_FILE).write_text(scores)
             state.versions.append(version)
             state.best = n
             state.failures_in_row = 0
@@ -1005,7 +987,8 @@ def submit(
             # Edits made to work/ while the candidate was being measured are not part of it,
             # and the reset below would destroy them: archive them too.
             late_tree = lineage.snapshot_tree()
-            late = lineage.diff(tree, late_tree) if late_tree != tree else ""
+            measured = tree if migrant is None else lineage.tree_of(best.sha)  # a migrant left work/ alone
+            late = lineage.diff(measured, late_tree) if late_tree != measured else ""
             if late.strip():
                 late_path = paths.rejected / f"step{step:04d}-edited-during-evaluation.diff"
                 late_path.write_text(f"# step {step}: edits made to work/ while the candidate was being "

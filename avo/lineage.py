@@ -804,3 +804,9 @@ class BackupReader(Lineage):
 
     def objects(self) -> _Objects:
         return _objects(self._store)
+
+    def copy_tree_into(self, git_dir: Path, treeish: str) -> str:
+        """Copy the tree of ``treeish`` (and every blob under it) into ``git_dir``; its id."""
+        tree = self.tree_of(treeish)
+        self._copy_tree(_objects(git_dir), git_dir / "objects", tree)
+        return tree

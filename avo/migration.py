@@ -12,8 +12,6 @@ nothing (the same files, a donor that cannot be read) is recorded as skipped.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +21,7 @@ from avo.colony import ColonyState, Migrant, MigrantOrigin, append_event, colony
 from avo.contract import better
 from avo.engine import Run, SubmitOutcome, open_run, submit
 from avo.errors import AvoError, BlockedError
-from avo.lineage import META_DIR, BackupReader
+from avo.lineage import BackupReader
 from avo.state import append_trajectory, read_trajectory, run_lock
 
 STEP_KINDS = ("submit", "agent_step")
@@ -122,19 +120,18 @@ def offer(run: Run, *, progress: Callable[[str], None] | None = None) -> Offer |
     origin = MigrantOrigin(colony=colony.id, island=name or "", version=v.n, commit=v.sha, scalar=v.scalar)
     message = (f"migrant from {name} v{v.n} of colony {colony.id}\n\n"
                f"{name}'s v{v.n} scored {v.scalar!r} there: {v.message.strip()}")
-    with tempfile.TemporaryDirectory(prefix="avo-migrant-") as tmp:
-        files = Path(tmp) / "files"
-        BackupReader(donor.paths.backup).export(v.sha, files)
-        shutil.rmtree(files / META_DIR, ignore_errors=True)  # the receiving island's scores file stays its own
-        try:
-            out = submit(run, message, progress=progress, migrant=Migrant(origin, files),
-                         extra={"backend": "migration", "status": "ok"})
-        except BlockedError:
+    # Content-addressed objects into the receiving store: the commit's tree is checked anyway,
+    # and the submit replaces the donor's .avo/scores.jsonl with the receiver's own.
+    tree = BackupReader(donor.paths.backup).copy_tree_into(run.lineage.git_dir, v.sha)
+    try:
+        out = submit(run, message, progress=progress, migrant=Migrant(origin, tree),
+                     extra={"backend": "migration", "status": "ok"})
+    except BlockedError:
+        raise
+    except AvoError as exc:
+        if not str(exc).startswith("nothing to submit"):
             raise
-        except AvoError as exc:
-            if not str(exc).startswith("nothing to submit"):
-                raise
-            return _skip(run, colony_dir, name, f"{name} v{v.n} has the same files as {receiver}'s best", v.n)
+        return _skip(run, colony_dir, name, f"{name} v{v.n} has the same files as {receiver}'s best", v.n)
     append_event(colony_dir, {"kind": "migration", "receiver": receiver, "donor": name, "donor_version": v.n,
                               "donor_scalar": v.scalar, "outcome": out.outcome, "step": out.step,
                               "scalar": out.evaluation.scalar, "version": out.version.n if out.version else None,

@@ -165,6 +165,22 @@ def test_a_losing_migrant_is_archived_and_work_is_reset(toy: Path, runs_root: Pa
     assert "island-2's v1 arrived" in variation_prompt(one) and "rejected" in variation_prompt(one)
 
 
+def test_a_migrant_keeps_the_islands_ignored_files_and_takes_none_of_them(toy: Path, runs_root: Path,
+                                                                         core_plugins: None) -> None:
+    colony = _start(toy, runs_root)
+    two = _island(colony, 2)
+    (two.paths.work / ".gitignore").write_text("scratch-*.txt\n")
+    _step(two, x=2.0, message="X to 2, and ignore scratch files")
+    (two.paths.work / "scratch-1.txt").write_text("the agent's measurements")  # ignored: survives resets
+    _step(_island(colony, 1), x=5.0)
+    done = offer(_island(colony, 2))
+    assert done is not None and done.outcome == "accepted"
+    two = _island(colony, 2)
+    assert (two.paths.work / "scratch-1.txt").read_text() == "the agent's measurements"
+    files = two.lineage.git("ls-tree", "-r", "--name-only", two.state.best_version.sha).split()
+    assert sorted(files) == [".avo/scores.jsonl", "solution.py"]  # exactly the donor's files (no .gitignore)
+
+
 def test_a_migrant_never_overwrites_an_agents_unsubmitted_candidate(toy: Path, runs_root: Path,
                                                                     core_plugins: None) -> None:
     colony = _start(toy, runs_root)
