@@ -361,7 +361,8 @@ TOOLS: list[tuple[str, str, str, dict[str, bool]]] = [
     ("avo_status", "status",
      "Where the run stands: best version and score, steps and budget, steps since the last new best, "
      "supervisor state, whether work/ has uncommitted changes, and the run folder. Call it when resuming or "
-     "when unsure what to do next.",
+     "when unsure what to do next. Given a colony (run='COLONY'), every island side by side; each island is a "
+     "run of its own (run='COLONY/island-K').",
      {"read_only_hint": True}),
     ("avo_lineage", "lineage",
      "The lineage: every accepted version with its per-config scores (or, with attempts=true, every submitted "
