@@ -381,18 +381,27 @@ def test_classic_colony_on_game2048_quick(tmp_path: Path, runs_root: Path) -> No
     env = {**os.environ, "AVO_RUNS_DIR": str(runs_root), "AVO_SANDBOX": "none"}
     env.pop("AVO_DISABLE_PLUGIN_AUTOLOAD", None)
     res = _avo(["evolve", "--target", "game2048", "--backend", "classic", "--seed", "1", "--quick", "--islands", "3",
-                "--max-steps", "3", "--migrate-every", "2", "--island-option", "island-3:seed=77", "--plain"],
+                "--max-steps", "3", "--migrate-every", "2", "--island-option", "island-3:seed=77",
+                "--island-option", "2:backend=mock", "--island-option", "2:command=echo looked around",
+                "--island-option", "2:supervisor_command=echo try the corner", "--plain"],
                env, timeout=600)
     assert res.returncode == 0, res.stderr + res.stdout
     colony = _colony(runs_root)
-    seeds = []
+    seeds, backends = [], []
     for k in (1, 2, 3):
         run = _island(colony, k)
         records = read_trajectory(run.paths)
         assert steps_taken(records) == 3
         start = next(r for r in records if r["kind"] == "evolve_start")
         seeds.append(start["config"]["seed"])
+        backends.append(start["config"]["backend"])
     assert seeds == [1, 1001, 77]  # distinct streams; island-3's own seed wins
+    assert backends == ["classic", "mock", "classic"]  # island-2 is driven by its own backend
+    two = read_trajectory(_island(colony, 2).paths)
+    assert [r["outcome"] for r in two if r["kind"] == "agent_step"]  # its agent changed nothing...
+    assert all(r.get("migrant") for r in two if r["kind"] == "submit")  # ...so all it measured were migrants
+    status = json.loads(_avo(["status", "--run", str(colony), "--json"], env).stdout)
+    assert [r["backend"] for r in status["islands"]] == [None, "mock", None]  # None: the colony's backend
     offers = [e for e in read_events(colony) if e.get("kind") == "migration"]
     assert len(offers) == 3  # each island's third step was a migration offer (evaluated or skipped)
     exported = tmp_path / "example"
