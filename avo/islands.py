@@ -346,6 +346,7 @@ def evolve_colony(folder: Path, config: EvolveConfig, *, parallel: int | None = 
             progress.rows[name] = _row(RunPaths(folder / name), colony.islands[colony.names().index(name)],
                                        configs[name])
             progress.rows[name].exit, progress.rows[name].last = keep.exit, keep.last
+            progress.rows[name].activity = keep.exit or "stopped"
     if interrupted:
         stop_reason = "interrupted (Ctrl-C)"
     elif failed:

@@ -540,3 +540,49 @@ def test_mcp_submit_on_an_island_offers_the_due_migrant(toy: Path, runs_root: Pa
     one = _island(colony, 1)
     assert [r.get("migrant", {}).get("island") for r in read_trajectory(one.paths) if r.get("kind") == "submit"] \
         == [None, "island-2"]
+
+
+def test_sigkill_during_a_migrants_evaluation_loses_nothing(tmp_path: Path, toy: Path, runs_root: Path,
+                                                            scripts: dict[str, str]) -> None:
+    # This toy evaluator hangs while island-2 measures X = 4.5 (the migrant), as long as HANG exists.
+    hang, marker = tmp_path / "hang", tmp_path / "evaluating-migrant"
+    ev = toy / "eval.py"
+    ev.write_text(ev.read_text().replace(
+        '    print(f"evaluating X={x} Y={y}")',
+        f'    if x == 4.5 and "island-2" in str(workdir) and __import__("os").path.exists({str(hang)!r}):\n'
+        f'        open({str(marker)!r}, "w").close()\n        import time; time.sleep(120)\n'
+        '    print(f"evaluating X={x} Y={y}")'))
+    env = _env(scripts, runs_root)
+    res = _avo(["start", "--target", str(toy), "--islands", "2", "--migrate-every", "1", "--sandbox", "none"], env)
+    assert res.returncode == 0, res.stderr
+    colony = _colony(runs_root)
+    one, two = colony / "island-1", colony / "island-2"
+    set_constants(one / "work", x=4.5)
+    assert _avo(["submit", "--run", str(one), "-m", "X to 4.5"], env).returncode == 0
+    set_constants(two / "work", y=2.0)
+    hang.touch()
+    proc = subprocess.Popen([sys.executable, "-m", "avo", "submit", "--run", str(two), "-m", "Y to 2"], env=env,
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marker.exists(), "the migrant's evaluation never started"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    hang.unlink()
+    assert _processes_naming(two)  # its evaluator outlived it (the next command of island-2 ends it)
+
+    run = open_run(two, colony)  # the record checks against the lineage
+    assert [v.message for v in run.state.versions] == ["seed x_0", "Y to 2"]  # the agent's version is kept
+    assert "Y = 2.0" in (two / "work" / "solution.py").read_text() and "X = 1.0" in (
+        two / "work" / "solution.py").read_text()  # work/ was never touched by the migrant
+    assert not run.lineage.is_dirty(run.state.best_version.sha)
+    # The next submit on island-2 goes on as usual and the migrant is offered again (it was never decided).
+    set_constants(two / "work", y=3.0)
+    res = _avo(["submit", "--run", str(two), "-m", "Y to 3"], env)
+    assert res.returncode == 0, res.stderr
+    assert "ACCEPTED as v2" in res.stdout and f"{colony.name}/island-1 v1 arrived" in res.stdout
+    run = open_run(two, colony)
+    assert [r.get("migrant", {}).get("island") for r in read_trajectory(run.paths) if r.get("kind") == "submit"] \
+        == [None, None, "island-1"]
+    assert not _processes_naming(two)  # the killed submit's hanging evaluator is gone

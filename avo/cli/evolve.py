@@ -61,7 +61,7 @@ def _reporter(json_log: bool, plain: bool) -> Reporter:
 
 Target = Annotated[str | None, typer.Option("--target", "-t", help="Target name or folder with target.yaml.")]
 Backend = Annotated[str | None, typer.Option("--backend", "-b", help="Agent backend (see `avo backends`).")]
-Resume = Annotated[str | None, typer.Option("--resume", help="Continue a run: its id or path.")]
+Resume = Annotated[str | None, typer.Option("--resume", help="Continue a run (or a colony): its id or path.")]
 MaxSteps = Annotated[int | None, typer.Option(
     "--max-steps", min=1, help="Steps in the whole run (a step that changed nothing counts).")]
 TimeBudget = Annotated[str | None, typer.Option("--time", help="Wall-time budget of this invocation, e.g. 90m, 12h.")]
