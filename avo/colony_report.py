@@ -126,8 +126,8 @@ def write_colony_report(folder: Path, output: Path, *, plot: bool = True) -> Pat
         except ImportError:
             parts.append("<p class=muted>(no plot: matplotlib is not installed)</p>")
     events = [e for e in read_events(folder) if e.get("kind") == "migration"]
-    mrows = ["<tr><th class=l>receiver</th><th class=l>donor</th><th>step</th><th>outcome</th><th>score there</th>"
-             "<th>kept as</th><th class=l>why</th></tr>"]
+    mrows = ["<tr><th class=l>receiver</th><th class=l>donor</th><th>step</th><th>outcome</th>"
+             "<th>first measurement here</th><th>kept as</th><th class=l>why</th></tr>"]
     for e in events:
         kept = f"v{e['version']}" if e.get("version") is not None else ""
         donor = f"{e.get('donor')} v{e.get('donor_version')}" if e.get("donor_version") is not None else e.get("donor")
