@@ -106,11 +106,11 @@ class MigrantOrigin(BaseModel):
 
 @dataclass
 class Migrant:
-    """A migrant ready to be submitted: its origin and its tree, copied from the donor's backup
-    into the receiving lineage's object store."""
+    """A migrant ready to be submitted: its origin, and the donor's private backup, from which
+    the submit copies the version's tree into the receiving lineage."""
 
     origin: MigrantOrigin
-    tree: str
+    source: Path
 
 
 def is_colony(folder: Path) -> bool:

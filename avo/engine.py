@@ -840,6 +840,19 @@ def _update_supervisor(state: RunState, fingerprint: str | None, outcome: str) -
         sup.due, sup.reason = True, f"stalled: {stalled} steps without a new best{since}"
 
 
+def _migrant_tree(lineage: Lineage, migrant: Migrant) -> str:
+    """Copy the migrant's tree from the donor's backup into this lineage's store; its id.
+
+    Content-addressed objects, written only after the work/.git check every git call makes
+    (recover() has moved a foreign one aside); the donor's .avo/scores.jsonl in it is
+    replaced by this run's own when it is committed.
+    """
+    from avo.lineage import BackupReader
+
+    lineage.objects()
+    return BackupReader(migrant.source).copy_tree_into(lineage.git_dir, migrant.origin.commit)
+
+
 def submit(
     run: Run, message: str, *, extra: dict[str, Any] | None = None, progress: Callable[[str], None] | None = None,
     migrant: Migrant | None = None,
@@ -871,7 +884,7 @@ def submit(
             notes.append(f"work/ HEAD was moved off v{best.n} (agent commits or resets); "
                          "its content is taken as one candidate")
         check_work_limits(paths.work, state.target.work_limits)
-        tree = lineage.snapshot_tree() if migrant is None else lineage.tree_of(migrant.tree)
+        tree = lineage.snapshot_tree() if migrant is None else _migrant_tree(lineage, migrant)
         diff = lineage.diff(best.sha, tree)
         if not diff.strip():
             raise AvoError(f"nothing to submit: work/ is identical to the best version v{best.n}. "

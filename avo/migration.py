@@ -21,7 +21,6 @@ from avo.colony import ColonyState, Migrant, MigrantOrigin, append_event, colony
 from avo.contract import better
 from avo.engine import Run, SubmitOutcome, open_run, submit
 from avo.errors import AvoError, BlockedError
-from avo.lineage import BackupReader
 from avo.state import append_trajectory, read_trajectory, run_lock
 
 STEP_KINDS = ("submit", "agent_step")
@@ -120,11 +119,8 @@ def offer(run: Run, *, progress: Callable[[str], None] | None = None) -> Offer |
     origin = MigrantOrigin(colony=colony.id, island=name or "", version=v.n, commit=v.sha, scalar=v.scalar)
     message = (f"migrant from {name} v{v.n} of colony {colony.id}\n\n"
                f"{name}'s v{v.n} scored {v.scalar!r} there: {v.message.strip()}")
-    # Content-addressed objects into the receiving store: the commit's tree is checked anyway,
-    # and the submit replaces the donor's .avo/scores.jsonl with the receiver's own.
-    tree = BackupReader(donor.paths.backup).copy_tree_into(run.lineage.git_dir, v.sha)
     try:
-        out = submit(run, message, progress=progress, migrant=Migrant(origin, tree),
+        out = submit(run, message, progress=progress, migrant=Migrant(origin, donor.paths.backup),
                      extra={"backend": "migration", "status": "ok"})
     except BlockedError:
         raise
