@@ -148,6 +148,21 @@ def test_a_migrant_is_a_candidate_of_the_receiving_island(toy: Path, runs_root: 
     assert _island(colony, 2).state.evaluations == before
 
 
+def test_a_donor_whose_record_was_forged_gives_nothing(toy: Path, runs_root: Path, core_plugins: None) -> None:
+    """A hostile agent on island-1 edits its run.json to claim a better best: island-2 is offered
+    nothing (the donor's record is checked against its backup before anything is read)."""
+    colony = _start(toy, runs_root)
+    _step(_island(colony, 1), x=2.0)
+    path = colony / "island-1" / "run.json"
+    data = json.loads(path.read_text())
+    data["versions"][1]["scalar"] = 1e9
+    path.write_text(json.dumps(data))
+    done = offer(_island(colony, 2))
+    assert done is not None and done.outcome == "skipped" and "island-1 cannot be read" in done.reason
+    two = _island(colony, 2)
+    assert [v.n for v in two.state.versions] == [0] and two.state.evaluations == 1
+
+
 def test_a_losing_migrant_is_archived_and_work_is_reset(toy: Path, runs_root: Path, core_plugins: None) -> None:
     colony = _start(toy, runs_root)
     one, two = _island(colony, 1), _island(colony, 2)
