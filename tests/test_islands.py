@@ -601,3 +601,20 @@ def test_sigkill_during_a_migrants_evaluation_loses_nothing(tmp_path: Path, toy:
     assert [r.get("migrant", {}).get("island") for r in read_trajectory(run.paths) if r.get("kind") == "submit"] \
         == [None, None, "island-1"]
     assert not _processes_naming(two)  # the killed submit's hanging evaluator is gone
+
+
+def test_fewer_workers_than_islands_take_turns_in_rounds(toy: Path, runs_root: Path, scripts: dict[str, str]) -> None:
+    env = _env(scripts, runs_root)
+    res = _avo(["evolve", "--target", str(toy), "--backend", "mock", "--islands", "3", "--parallel", "1",
+                "--max-steps", "4", "--migrate-every", "2", "--plain"], env)
+    assert res.returncode == 0, res.stderr
+    colony = _colony(runs_root)
+    for k in (1, 2, 3):
+        run = _island(colony, k)
+        assert steps_taken(read_trajectory(run.paths)) == 4
+        rounds = (run.paths.logs / "colony-driver.log").read_text().count("avo evolve --resume")
+        assert rounds == 2  # two rounds of 2 steps, the migration interval
+    # One at a time, island-1 finished its first round before island-2 began: island-2's first
+    # migration (its step 3) was offered island-1's best, which by then had moved past the seed.
+    two = [r for r in read_trajectory(_island(colony, 2).paths) if r.get("kind") == "submit" and r.get("migrant")]
+    assert two and two[0]["step"] == 3 and two[0]["outcome"] == "accepted"
