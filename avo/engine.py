@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from avo import __version__
 from avo.contract import failed, gain
@@ -53,6 +53,9 @@ from avo.state import (
     write_json_atomic,
 )
 from avo.work_guard import check_work_limits
+
+if TYPE_CHECKING:
+    from avo.colony import Migrant
 
 SCORES_FILE = f"{META_DIR}/scores.jsonl"
 NOTES_TEMPLATE = """# NOTES
@@ -144,10 +147,20 @@ def evaluator_hashes(
     return root, kept, hash_tree(root, exclude)
 
 
+def runs_home(folder: Path) -> Path:
+    """The runs directory that holds ``folder``'s runs: a colony's islands live one level down
+    (and start two levels down, in the colony's staging folders)."""
+    from avo.colony import is_colony
+
+    if is_colony(folder):
+        return folder.parent
+    return folder.parent.parent if is_colony(folder.parent) else folder
+
+
 def check_integrity(run: Run) -> None:
     """Refuse to evaluate when the evaluator or the KB changed after the run started."""
     root, recorded, current = evaluator_hashes(
-        run.state.target, run.state.hashes.get("evaluator", {}), run.paths.root.parent)
+        run.state.target, run.state.hashes.get("evaluator", {}), runs_home(run.paths.root.parent))
     compare("evaluator", recorded, current, root)
     compare("knowledge base", run.state.hashes.get("kb", {}), hash_tree(run.paths.kb), run.paths.kb)
 
@@ -157,7 +170,7 @@ def _job_fields(run: Run) -> dict[str, Any]:
     from avo import evaluator_copy
 
     spec = run.state.target
-    _, recorded, _ = evaluator_hashes(spec, run.state.hashes.get("evaluator", {}), run.paths.root.parent)
+    _, recorded, _ = evaluator_hashes(spec, run.state.hashes.get("evaluator", {}), runs_home(run.paths.root.parent))
     runtime = run.state.hashes.get(evaluator_copy.RUNTIME_KEY)
     if runtime is None:  # a run recorded before the copy existed: what runs now is its baseline
         runtime = run.state.hashes[evaluator_copy.RUNTIME_KEY] = evaluator_copy.runtime_hashes(
@@ -308,13 +321,13 @@ def _tags(state: RunState) -> dict[str, str]:
 
 
 def _commit_message(n: int, message: str, scalar: float, metrics: dict[str, float], target: str,
-                    sandbox: str, terms_sha: str | None = None) -> str:
+                    sandbox: str, terms_sha: str | None = None, origin: str = "") -> str:
     # The first line is the subject `git log --oneline` shows; further lines are the body.
     # avo's trailers come last, as their own paragraph, in a format that round-trips exactly.
     subject, _, body = message.strip().partition("\n")
     body = f"{body.strip()}\n\n" if body.strip() else ""
     return (f"v{n}: {subject.strip() or '(no message)'}\n\n{body}"
-            + trailer_lines(target, scalar, metrics, terms_sha, sandbox=sandbox))
+            + trailer_lines(target, scalar, metrics, terms_sha, sandbox=sandbox) + origin)
 
 
 def _usage_add(state: RunState, usage: dict[str, Any] | None) -> None:
@@ -537,10 +550,12 @@ def start_run(
     sandbox: str | None = None,
     executor: str | None = None,
     executor_options: dict[str, str] | None = None,
+    run_id: str | None = None,
 ) -> Run:
     """Create a run: seed, KB, evaluate x_0 (the gate must pass), baselines, commit ``v0``.
 
     ``executor`` (default ``$AVO_EXECUTOR``, else ``local``) runs every evaluation of the run.
+    ``run_id``: the run's folder name (a colony names its islands), else ``target-stamp``.
     """
     from avo import executors
     from avo.plugins import call_target_hook, find_target
@@ -599,7 +614,9 @@ def start_run(
             say(line)
         if not ready.ok:
             raise AvoError(f"executor {executor!r} cannot run {spec.name}: " + "; ".join(ready.problems))
-    run_id = _new_run_id(spec, runs_root)
+    if run_id is not None and ((runs_root / run_id).exists() or (runs_root / f".{run_id}.partial").exists()):
+        raise AvoError(f"{runs_root / run_id} exists already")
+    run_id = run_id or _new_run_id(spec, runs_root)
     partial = runs_root / f".{run_id}.partial"
     paths = RunPaths(partial.resolve())
     for d in (paths.work, paths.kb, paths.rejected, paths.supervisor, paths.logs, paths.private):
@@ -622,7 +639,7 @@ def start_run(
     )
     state = RunState(
         id=run_id, created=time.time(), avo_version=__version__, target=spec, options=options,
-        hashes=_hashes(spec, paths.kb, runs_root), origin=origin, sandbox=level,
+        hashes=_hashes(spec, paths.kb, runs_home(runs_root)), origin=origin, sandbox=level,
     )
     run = Run(paths, state)
     lineage = run.lineage
@@ -823,12 +840,31 @@ def _update_supervisor(state: RunState, fingerprint: str | None, outcome: str) -
         sup.due, sup.reason = True, f"stalled: {stalled} steps without a new best{since}"
 
 
+def _migrant_tree(lineage: Lineage, migrant: Migrant) -> str:
+    """Copy the migrant's tree from the donor's backup into this lineage's store; its id.
+
+    Content-addressed objects, written only after the work/.git check every git call makes
+    (recover() has moved a foreign one aside); the donor's .avo/scores.jsonl in it is
+    replaced by this run's own when it is committed.
+    """
+    from avo.lineage import BackupReader
+
+    lineage.objects()
+    return BackupReader(migrant.source).copy_tree_into(lineage.git_dir, migrant.origin.commit)
+
+
 def submit(
-    run: Run, message: str, *, extra: dict[str, Any] | None = None, progress: Callable[[str], None] | None = None
+    run: Run, message: str, *, extra: dict[str, Any] | None = None, progress: Callable[[str], None] | None = None,
+    migrant: Migrant | None = None,
 ) -> SubmitOutcome:
     """Evaluate the work tree and apply the commit policy against the best committed score.
 
     ``progress`` receives a line before each long phase (the evaluation, re-measurements).
+    ``migrant``: another island's best, offered to this run (:mod:`avo.migration`): its tree
+    (already in this lineage's object store) is the candidate instead of the work tree's,
+    one candidate like any other: this run's evaluator, a fresh secret, the same policy,
+    journal and backup; its commit's trailers and its record name its origin. Only a clean
+    work tree takes one (a reset would destroy an agent's unsubmitted edits).
     """
     say = progress or (lambda line: None)
     if not message.strip():
@@ -840,12 +876,15 @@ def submit(
         _check_can_step(state)
         check_integrity(run)
         best = state.best_version
+        if migrant is not None and lineage.is_dirty(best.sha):  # an agent's candidate is never reset away
+            raise AvoError(f"work/ holds an unsubmitted candidate; a migrant is only offered to a clean "
+                           f"work tree (at v{best.n})")
         head = lineage.head()
         if head != best.sha:
             notes.append(f"work/ HEAD was moved off v{best.n} (agent commits or resets); "
                          "its content is taken as one candidate")
         check_work_limits(paths.work, state.target.work_limits)
-        tree = lineage.snapshot_tree()
+        tree = lineage.snapshot_tree() if migrant is None else _migrant_tree(lineage, migrant)
         diff = lineage.diff(best.sha, tree)
         if not diff.strip():
             raise AvoError(f"nothing to submit: work/ is identical to the best version v{best.n}. "
@@ -908,6 +947,8 @@ def submit(
         }
         if confirm_info:
             record["confirm"] = confirm_info
+        if migrant is not None:
+            record["migrant"] = migrant.origin.model_dump()
         if extra:
             record["usage"] = extra
         version: Version | None = None
@@ -923,15 +964,19 @@ def submit(
             final_tree = lineage.tree_with_file(tree, SCORES_FILE, scores.encode())
             sha = lineage.commit_tree(final_tree, best.sha,
                                       _commit_message(n, message, scalar, version.metrics, state.target.name,
-                                                      state.sandbox))
+                                                      state.sandbox,
+                                                      origin=migrant.origin.trailers() if migrant else ""))
             lineage.verify_commit_tree(sha, tree, SCORES_FILE, scores.encode())
             version = version.model_copy(update={"sha": sha, "tree": lineage.tree_of(sha)})
             record["version"] = n
             write_json_atomic(paths.journal, json.dumps({"kind": "accept", "step": step, "record": record}))
             lineage.move_branch(sha)
-            # Keep the work tree's copy of the score file in step with the commit.
-            (paths.work / META_DIR).mkdir(exist_ok=True)
-            (paths.work / SCORES_FILE).write_text(scores)
+            if migrant is not None:
+                lineage.reset_hard(sha)  # work/ takes the migrant (ignored files stay, as in every reset)
+            else:
+                # Keep the work tree's copy of the score file in step with the commit.
+                (paths.work / META_DIR).mkdir(exist_ok=True)
+                (paths.work / SCORES_FILE).write_text(scores)
             state.versions.append(version)
             state.best = n
             state.failures_in_row = 0
@@ -945,7 +990,8 @@ def submit(
             paths.journal.unlink(missing_ok=True)
         else:
             diff_path = paths.rejected / f"step{step:04d}-{outcome}.diff"
-            header = f"# step {step} {outcome}: {message}\n# {reason}\n"
+            came = f"\n# migrant from {migrant.origin.describe()}" if migrant is not None else ""
+            header = f"# step {step} {outcome}: {message}{came}\n# {reason}\n"
             with open(diff_path, "w", encoding="utf-8") as fh:
                 fh.write(header + diff)
                 fh.flush()
@@ -954,7 +1000,8 @@ def submit(
             # Edits made to work/ while the candidate was being measured are not part of it,
             # and the reset below would destroy them: archive them too.
             late_tree = lineage.snapshot_tree()
-            late = lineage.diff(tree, late_tree) if late_tree != tree else ""
+            measured = tree if migrant is None else lineage.tree_of(best.sha)  # a migrant left work/ alone
+            late = lineage.diff(measured, late_tree) if late_tree != measured else ""
             if late.strip():
                 late_path = paths.rejected / f"step{step:04d}-edited-during-evaluation.diff"
                 late_path.write_text(f"# step {step}: edits made to work/ while the candidate was being "

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from avo.colony import colony_of
 from avo.contract import better, gain
 from avo.engine import Run, record_redirect, recover, revert, submit, write_brief
 from avo.errors import AvoError, BlockedError
@@ -160,7 +161,7 @@ class EvolveSummary:
 
 @dataclass
 class _InFlight:
-    phase: str  # agent | submit | supervisor
+    phase: str  # migration | agent | submit | supervisor
     attempt: int
     step: int
 
@@ -306,6 +307,7 @@ def evolve(run: Run, config: EvolveConfig, reporter: Reporter | None = None) -> 
     append_trajectory(run.paths, {"kind": "evolve_start", "step": run.state.steps + 1,
                                   "resumed_at_step": progress.attempt, "config": config.public()})
     report.handle("start", progress, {"notes": notes})
+    island = colony_of(run.paths) is not None
     taken = 0
     backend_errors = 0
     backend_failed = False
@@ -325,8 +327,10 @@ def evolve(run: Run, config: EvolveConfig, reporter: Reporter | None = None) -> 
                 continue
             attempt = progress.attempt + 1
             step = run.state.steps + 1
+            in_flight = _InFlight("migration", attempt, step)
+            migrated = _migration_step(run, progress, report, in_flight) if island else None
             in_flight = _InFlight("agent", attempt, step)
-            event = _step(run, config, info, progress, report, in_flight)
+            event = migrated or _step(run, config, info, progress, report, in_flight)
             in_flight = None
             taken += 1
             progress.attempt = attempt
@@ -440,6 +444,36 @@ def _step(run: Run, config: EvolveConfig, info: BackendInfo, progress: Progress,
         event.version = out.version.n
         event.new_best = out.version.new_best
         event.scalar = out.version.scalar
+    return event
+
+
+def _migration_step(run: Run, progress: Progress, report: Reporter, in_flight: _InFlight) -> StepEvent | None:
+    """An island's step is a migration when one is due and a migrant was evaluated."""
+    from avo.colony import load_colony
+    from avo.migration import is_due, offer
+
+    colony = colony_of(run.paths)
+    if colony is None or not is_due(load_colony(colony), read_trajectory(run.paths)):
+        return None
+    progress.activity = f"step {in_flight.attempt}: a migrant arrives"
+    report.handle("note", progress, {"text": progress.activity})
+    best_before = run.state.best_version
+    started = time.monotonic()
+    done = offer(run, progress=lambda line: report.handle("note", progress, {"text": line}))
+    if done is None or done.submitted is None:
+        if done is not None:
+            report.handle("note", progress, {"text": f"migration skipped: {done.reason}"})
+        return None
+    out = done.submitted
+    assert done.origin is not None
+    event = StepEvent(attempt=in_flight.attempt, step=out.step, outcome=out.outcome, status="ok",
+                      message=f"migrant from {done.origin.island} v{done.origin.version}",
+                      scalar=out.evaluation.scalar, reason=out.reason, wall_s=time.monotonic() - started,
+                      parent=best_before.n, where=out.evaluation.where)
+    if out.evaluation.scalar is not None:
+        event.gain = gain(out.evaluation.scalar, best_before.scalar, run.state.target.direction)
+    if out.version is not None:
+        event.version, event.new_best, event.scalar = out.version.n, out.version.new_best, out.version.scalar
     return event
 
 

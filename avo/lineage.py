@@ -786,3 +786,27 @@ def diff_fingerprint(diff: str) -> str:
         if line[:1] in "+-" or line.startswith("diff --git")
     ]
     return hashlib.sha256("\n".join(kept).encode()).hexdigest()[:16]
+
+
+class BackupReader(Lineage):
+    """Reads (exports) versions from a run's private backup, never from its work/.git.
+
+    Another island's work/ is its agent's to write; what that run committed is in the backup.
+    """
+
+    def __init__(self, backup: Path):
+        super().__init__(backup, backup / "index-unused")
+        self._store = backup
+
+    @property
+    def git_dir(self) -> Path:
+        return self._store
+
+    def objects(self) -> _Objects:
+        return _objects(self._store)
+
+    def copy_tree_into(self, git_dir: Path, treeish: str) -> str:
+        """Copy the tree of ``treeish`` (and every blob under it) into ``git_dir``; its id."""
+        tree = self.tree_of(treeish)
+        self._copy_tree(_objects(git_dir), git_dir / "objects", tree)
+        return tree

@@ -94,6 +94,14 @@ class AvoTools:
                 return candidate
         raise AvoError(f"no run {ref!r} in {self.runs_root} (newest runs: {self._known_runs()})")
 
+    def _colony_dir(self, ref: str) -> Path | None:
+        """The colony ``ref`` names, confined to the runs directory like a run."""
+        from avo.colony import is_colony
+
+        path = Path(ref.strip()).expanduser()
+        candidates = [path] if path.is_absolute() else [self.runs_root / path, Path.cwd() / path]
+        return next((c.resolve() for c in candidates if self._inside(c) and is_colony(c)), None)
+
     def _open(self, ref: str | None) -> Run:
         from avo.engine import open_run
 
@@ -219,8 +227,15 @@ class AvoTools:
 
         if not message.strip():
             raise AvoError("the message is empty; say what changed and why")
+        from avo.migration import offer_if_due, offer_line
+
         r = self._open(run)
-        return "\n".join(submit_lines(submit(r, message.strip()), r, via="mcp"))
+        lines = submit_lines(submit(r, message.strip()), r, via="mcp")
+        came = offer_if_due(r)  # an island: the migrant its step count makes due
+        if came is not None:
+            r = self._open(str(r.paths.root))
+            lines.append(offer_line(came, r))
+        return "\n".join(lines)
 
     def revert(
         self,
@@ -237,6 +252,12 @@ class AvoTools:
     def status(self, run: RunArg = None) -> str:
         from avo.summaries import status_dict, status_lines, work_dirty
 
+        if run is not None and run.strip():
+            colony = self._colony_dir(run)
+            if colony is not None:  # every island side by side
+                from avo.colony_view import status_lines as colony_lines
+
+                return "\n".join(colony_lines(colony))
         r = self._open(run)
         lines = status_lines(status_dict(r, work_dirty(r)))
         lines.append(f"  run folder {r.paths.root} (edit only work/)")
@@ -340,7 +361,8 @@ TOOLS: list[tuple[str, str, str, dict[str, bool]]] = [
     ("avo_status", "status",
      "Where the run stands: best version and score, steps and budget, steps since the last new best, "
      "supervisor state, whether work/ has uncommitted changes, and the run folder. Call it when resuming or "
-     "when unsure what to do next.",
+     "when unsure what to do next. Given a colony (run='COLONY'), every island side by side; each island is a "
+     "run of its own (run='COLONY/island-K').",
      {"read_only_hint": True}),
     ("avo_lineage", "lineage",
      "The lineage: every accepted version with its per-config scores (or, with attempts=true, every submitted "

@@ -131,6 +131,30 @@ def _notes(run: Run) -> str:
     return "\n".join(lines)
 
 
+def _migrants(run: Run, records: list[dict[str, Any]], digits: int | None) -> str:
+    """What arrived from other islands since this island's agent last stepped, and where to look."""
+    from avo.colony import colony_of
+    from avo.migration import arrivals
+
+    colony = colony_of(run.paths)
+    came = arrivals(records)
+    if colony is None or not came:
+        return ""
+    rows = []
+    for r in came:
+        m = r["migrant"]
+        donor = colony / str(m.get("island"))
+        verdict = (f"accepted as v{r.get('version')}" if r.get("outcome") == "accepted"
+                   else f"{r.get('outcome')}: {_trim(str(r.get('reason') or r.get('error') or ''), 160)}")
+        score = fmt_number(r["scalar"], digits) if r.get("scalar") is not None else "no score"
+        rows.append(f"- step {r.get('step')}: {m.get('island')}'s v{m.get('version')} arrived; here it scored "
+                    f"{score}, {verdict}. Its lineage, read-only: "
+                    f"`git --git-dir {donor}/.avo/lineage.git log --stat`, `avo log --run {donor}`")
+    return ("## Migrants from other islands of the colony\n"
+            "Since your last step the colony offered this island another island's best version; "
+            "avo evaluated it here like any candidate.\n" + "\n".join(rows) + "\n\n")
+
+
 def variation_prompt(run: Run) -> str:
     """The prompt for the next variation step (DESIGN §6 step 1)."""
     state, paths = run.state, run.paths
@@ -164,7 +188,7 @@ def variation_prompt(run: Run) -> str:
 Best so far: **v{best.n} = {fmt_number(best.scalar, digits)}** ({fmt_pct(over_seed)} over x_0 = {seed_text}; {sense}).
 The scalar is the geometric mean of the per-config metrics unless the target gives one.
 
-{redirect}## Where things are
+{redirect}{_migrants(run, records, digits)}## Where things are
 - candidate x_t: `{paths.work}/` — the evolved file is `{spec.entrypoint}`; edit only inside work/
 - knowledge base K (read-only): `{paths.kb}/`
 - evaluate f at will: `{paths.avo_eval}` (short summary; full logs in `{paths.logs}/`){quick}

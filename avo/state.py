@@ -219,6 +219,10 @@ def resolve_run(ref: str | Path | None, root: Path) -> RunPaths:
     for candidate in (path, root / path):
         if (candidate / "run.json").is_file():
             return RunPaths(candidate.resolve())
+    for candidate in (path, root / path):
+        if (candidate / "colony.json").is_file():
+            raise AvoError(f"{str(ref)!r} is a colony, whose islands are runs: name one, --run {candidate}/island-1 "
+                           "(`avo status --run COLONY` shows them all)")
     raise AvoError(f"no run {str(ref)!r} (looked for {path}/run.json and {root / path}/run.json)")
 
 

@@ -6,6 +6,9 @@ machine is shared and noisy. The floor for a submit's bookkeeping is a bare
 ``git add -A && git commit && git tag`` in a temporary repository; git processes per submit
 are counted with a ``git`` wrapper first on ``PATH`` that logs each call.
 
+``AVO_BENCH_ISLANDS`` (default: the cores, 2 to 4; 0 skips) and ``AVO_BENCH_ISLAND_STEPS``
+(default 6) size the islands figure: a colony's steps against one run's, wall time.
+
 ``AVO_BENCH_BIG`` sets the size of the large run (default 1000 versions, built with real
 submits; 0 skips it). Its trajectory is padded to ``AVO_BENCH_RECORDS`` records (default
 100,000) with chained ``eval`` records, as ``avo eval`` writes them.
@@ -175,6 +178,48 @@ def command_costs(run_dir: Path, env: dict[str, str], rounds: int) -> dict[str, 
     return out
 
 
+ISLAND_AGENT = """
+import json, os, pathlib, re, time
+time.sleep(0.5)  # an agent's step takes time of its own; islands overlap it
+sol = pathlib.Path(os.environ["AVO_WORK_DIR"]) / "solution.py"
+text = sol.read_text()
+x = float(re.search(r"^X = (.*)$", text, re.M).group(1)) + 0.5
+sol.write_text(re.sub(r"^X = .*$", f"X = {x}", text, flags=re.M))
+print(json.dumps({"message": f"X to {x}"}))
+"""
+
+
+def islands_bench(tmp: Path, env: dict[str, str], n: int, steps: int) -> list[str]:
+    """Wall time of ``avo evolve`` on a colony of ``n`` islands × ``steps`` against one run × ``steps``.
+
+    Both are started first (not timed) and then driven by the same command, with a mock agent
+    that sleeps 0.5 s per step and the toy evaluator; the colony migrates (ring, every 3 steps).
+    """
+    agent = tmp / "island_agent.py"
+    agent.write_text(ISLAND_AGENT)
+    bench_env = {**env, "AVO_MOCK_COMMAND": f"{sys.executable} {agent}", "AVO_MOCK_SUPERVISOR_COMMAND": "echo go on",
+                 "AVO_RUNS_DIR": str(tmp / "island-runs")}
+    runs = tmp / "island-runs"
+    one_t = many_t = float("nan")
+    for kind in ("one", "colony"):
+        args = ["--islands", str(n)] if kind == "colony" else []
+        subprocess.run([*AVO, "start", "--target", str(TOY), "--no-prompt", "--stall-limit", "1000", *args],
+                       env=bench_env, check=True, capture_output=True)
+        made = max((p for p in runs.iterdir() if not p.name.startswith(".")), key=lambda p: p.stat().st_mtime)
+        w, _ = wall([*AVO, "evolve", "--resume", str(made), "--backend", "mock", "--max-steps", str(steps),
+                     "--plain"], bench_env)
+        if kind == "one":
+            one_t = w
+        else:
+            many_t = w
+    cores = os.cpu_count() or 1
+    return [f"Islands: `avo evolve` on a colony of {n} islands × {steps} steps against one run × {steps} steps "
+            f"({cores} cores here; an agent step of 0.5 s plus the toy evaluation).", "",
+            "| measure | colony | one run | ratio | goal |", "| --- | --- | --- | --- | --- |",
+            f"| wall time of the steps | {many_t:.1f} s ({n} × {steps} steps) | {one_t:.1f} s ({steps} steps) | "
+            f"{many_t / one_t:.2f}× | → 1 for N ≤ cores |", ""]
+
+
 def main(report: Path) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="avo-bench-"))
     big_n = int(os.environ.get("AVO_BENCH_BIG", "1000"))
@@ -259,6 +304,9 @@ def main(report: Path) -> None:
                   for k in ("avo status", "avo prompt", "avo log", "avo submit beyond its evaluation")),
                 "",
             ]
+        islands = int(os.environ.get("AVO_BENCH_ISLANDS", str(max(2, min(4, os.cpu_count() or 1)))))
+        if islands:
+            lines += islands_bench(tmp, env, islands, int(os.environ.get("AVO_BENCH_ISLAND_STEPS", "6")))
         load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else ["?"]
         lines += [f"Load average after the run: {' '.join(load)}.", ""]
         with open(report, "a", encoding="utf-8") as fh:

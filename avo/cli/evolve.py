@@ -61,7 +61,7 @@ def _reporter(json_log: bool, plain: bool) -> Reporter:
 
 Target = Annotated[str | None, typer.Option("--target", "-t", help="Target name or folder with target.yaml.")]
 Backend = Annotated[str | None, typer.Option("--backend", "-b", help="Agent backend (see `avo backends`).")]
-Resume = Annotated[str | None, typer.Option("--resume", help="Continue a run: its id or path.")]
+Resume = Annotated[str | None, typer.Option("--resume", help="Continue a run (or a colony): its id or path.")]
 MaxSteps = Annotated[int | None, typer.Option(
     "--max-steps", min=1, help="Steps in the whole run (a step that changed nothing counts).")]
 TimeBudget = Annotated[str | None, typer.Option("--time", help="Wall-time budget of this invocation, e.g. 90m, 12h.")]
@@ -79,6 +79,16 @@ BaseUrl = Annotated[str | None, typer.Option("--base-url", help="API endpoint (a
 Options = Annotated[list[str] | None, typer.Option("--option", "-o", help="Backend option KEY=VALUE (repeatable).")]
 JsonLog = Annotated[bool, typer.Option("--json-log", help="One JSON object per event on stdout.")]
 Plain = Annotated[bool, typer.Option("--plain", help="Plain log lines even on a terminal.")]
+Islands = Annotated[int | None, typer.Option(
+    "--islands", min=2, help="Start a colony of N islands (N ordinary runs) that evolve at once, with migration.")]
+Parallel = Annotated[int | None, typer.Option(
+    "--parallel", min=1, help="Islands stepping at the same time (default: all of them).")]
+Migration = Annotated[str | None, typer.Option(
+    "--migration", help="Migration topology of a new colony: ring (default), best or none.")]
+MigrateEvery = Annotated[int | None, typer.Option(
+    "--migrate-every", min=1, help="An island's steps between two migrant offers (default 3).")]
+IslandOptions = Annotated[list[str] | None, typer.Option(
+    "--island-option", help="Per-island setting ISLAND:KEY=VALUE (keys backend, model, seed, or a backend option).")]
 
 
 def register(app: typer.Typer) -> None:
@@ -106,12 +116,39 @@ def register(app: typer.Typer) -> None:
         executor: ExecutorOpt = None,
         executor_option: ExecutorOptionsOpt = None,
         runs_dir: RunsDir = None,
+        islands: Islands = None,
+        parallel: Parallel = None,
+        migration: Migration = None,
+        migrate_every: MigrateEvery = None,
+        island_option: IslandOptions = None,
     ) -> None:
         """Run the search unattended: a backend agent performs each variation step.
 
         Start with --target and --backend, or continue with --resume RUN (settings of the
-        last invocation are reused unless given again). Ctrl-C stops cleanly.
+        last invocation are reused unless given again). Ctrl-C stops cleanly. --islands N
+        evolves a colony of N runs at once (continue it with --resume COLONY).
         """
+        from avo.cli.colony import colony_evolve
+        from avo.colony import resolve_colony
+        from avo.errors import AvoError
+
+        with user_errors():
+            colony = resolve_colony(resume, runs_root(runs_dir)) if resume else None
+            if islands is not None or colony is not None:
+                colony_evolve(
+                    target=target, backend=backend, colony=colony, islands=islands, parallel=parallel,
+                    migration=migration, migrate_every=migrate_every, island_option=island_option,
+                    max_steps=max_steps, time_budget=_duration(time_budget, "--time"),
+                    step_timeout=_duration(step_timeout, "--step-timeout"),
+                    supervisor_timeout=_duration(supervisor_timeout, "--supervisor-timeout"),
+                    max_cost=max_cost, quick=quick, stall_limit=stall_limit, seed=seed, model=model,
+                    base_url=base_url, options=_options(option or []), json_log=json_log, plain=plain,
+                    sandbox=sandbox, executor=executor,
+                    executor_options=key_values(executor_option, "--executor-option"), runs_dir=runs_dir)
+                return
+            if parallel is not None or migration or migrate_every or island_option:
+                raise AvoError("--parallel, --migration, --migrate-every and --island-option apply to a colony: "
+                               "add --islands N (or --resume COLONY)")
         from avo.engine import open_run, start_run
         from avo.errors import AvoError
         from avo.evolve import EvolveConfig, last_config

@@ -28,10 +28,18 @@ def register(app: typer.Typer) -> None:
         no_plot: Annotated[bool, typer.Option("--no-plot", help="Skip the plot and the HTML report.")] = False,
     ) -> None:
         """Write a run as a shippable example: lineage bundle, record, archive, plot, report."""
+        from avo.cli.colony import colony_ref
         from avo.engine import open_run
         from avo.examples import export_run
 
         with user_errors():
+            colony = colony_ref(run, runs_dir)
+            if colony is not None:  # the colony's record and every island
+                from avo.colony_report import export_colony
+
+                for path in export_colony(colony, output, plot=not no_plot):
+                    out.print(f"wrote {path}")
+                return
             r = open_run(run, runs_root(runs_dir))
             for path in export_run(r, output, plot=not no_plot):
                 out.print(f"wrote {path}")
@@ -44,11 +52,26 @@ def register(app: typer.Typer) -> None:
         executor_option: ExecutorOptionsOpt = None,
     ) -> None:
         """Re-evaluate a shipped example's best version and compare with its recorded score."""
+        from avo.colony import is_colony
+        from avo.errors import AvoError
         from avo.examples import verify_example
 
         with user_errors():
-            result = verify_example(example, version=version, executor=executor,
-                                    executor_options=key_values(executor_option, "--executor-option"))
+            opts = key_values(executor_option, "--executor-option")
+            if is_colony(example):  # a shipped colony: every island's best
+                from avo.colony_report import verify_colony
+
+                if version is not None:
+                    raise AvoError("--version names one run's version; verify one island with "
+                                   f"`avo verify {example}/island-K --version N`")
+                results = verify_colony(example, executor=executor, executor_options=opts)
+                for name, res in results:
+                    out.print(f"{name}: {'OK' if res.ok else 'MISMATCH'}: v{res.version.n} — {res.detail}",
+                              markup=False)
+                if not results or not all(res.ok for _, res in results):
+                    raise typer.Exit(1)
+                return
+            result = verify_example(example, version=version, executor=executor, executor_options=opts)
             if result.evaluator_changed:
                 out.print("note: the installed target's evaluator differs from the one this run used")
             from avo.numbers import digits_to_separate, fmt_number

@@ -63,6 +63,14 @@ def register(app: typer.Typer) -> None:
                 if not since.lstrip("v").isdigit():
                     raise AvoError(f"--since expects a version like v3, got {since!r}")
                 first = int(since.lstrip("v"))
+            from avo.cli.colony import colony_ref
+
+            colony = colony_ref(_pick(run_arg, run), runs_dir)
+            if colony is not None:  # every island's running best in one figure
+                from avo.colony_report import plot_colony
+
+                _wrote(colony.name, plot_colony(colony, output), json_out)
+                return
             r = open_run(_pick(run_arg, run), runs_root(runs_dir))
             path = plot_run(r, output, x=x, attempts=attempts, since=first, log=log)
             _wrote(r.state.id, path, json_out)
@@ -82,6 +90,14 @@ def register(app: typer.Typer) -> None:
         from avo.report import write_report
 
         with user_errors():
+            from avo.cli.colony import colony_ref
+
+            colony = colony_ref(_pick(run_arg, run), runs_dir)
+            if colony is not None:  # the islands side by side, the migrations, who found what
+                from avo.colony_report import write_colony_report
+
+                _wrote(colony.name, write_colony_report(colony, output, plot=not no_plot), json_out)
+                return
             r = open_run(_pick(run_arg, run), runs_root(runs_dir))
             path = write_report(r, output, plot=not no_plot)
             _wrote(r.state.id, path, json_out)

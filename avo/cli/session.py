@@ -73,12 +73,40 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
         executor: ExecutorOpt = None,
         executor_option: ExecutorOptionsOpt = None,
         runs_dir: RunsDir = None,
+        islands: Annotated[int | None, typer.Option(
+            "--islands", min=2, help="Start a colony of N islands, one agent session driving each.")] = None,
+        migration: Annotated[str | None, typer.Option(
+            "--migration", help="Migration topology of the colony: ring (default), best or none.")] = None,
+        migrate_every: Annotated[int | None, typer.Option(
+            "--migrate-every", min=1, help="An island's steps between two migrant offers (default 3).")] = None,
     ) -> None:
-        """Start a run: seed x_0, copy K, evaluate the seed, measure baselines, tag v0."""
+        """Start a run: seed x_0, copy K, evaluate the seed, measure baselines, tag v0.
+
+        With --islands N: a colony of N such runs; each session drives one (--run COLONY/island-K).
+        """
         from avo.engine import start_run
         from avo.prompts import variation_prompt
 
         with user_errors():
+            if islands is not None:
+                from avo.colony import TOPOLOGIES, MigrationPolicy, island_specs
+                from avo.errors import AvoError
+                from avo.islands import start_colony
+
+                if not target or from_run:
+                    raise AvoError("a colony starts from a target's seed: give --target (not --from)")
+                if (migration or "ring") not in TOPOLOGIES:
+                    raise AvoError(f"--migration {migration!r}: choose one of {', '.join(TOPOLOGIES)}")
+                policy = MigrationPolicy(topology=migration or "ring",  # type: ignore[arg-type]
+                                         **({"every": migrate_every} if migrate_every else {}))
+                folder = start_colony(target, runs_root(runs_dir), island_specs(islands, {}), policy,
+                                      progress=lambda m: err.print(m), max_steps=max_steps, quick=quick,
+                                      stall_limit=stall_limit, sandbox=sandbox, executor=executor,
+                                      executor_options=key_values(executor_option, "--executor-option"))
+                out.print(f"started colony {folder.name} at {folder} ({policy.describe()})", markup=False)
+                for k in range(1, islands + 1):
+                    out.print(f"  island-{k}: avo prompt --run {folder}/island-{k}", markup=False)
+                return
             run = start_run(target, runs_root(runs_dir), max_steps=max_steps, quick=quick,
                             stall_limit=stall_limit, from_ref=from_run, progress=lambda m: err.print(m),
                             sandbox=sandbox, executor=executor,
@@ -145,6 +173,11 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
         with user_errors():
             r = open_run(run, runs_root(runs_dir))
             res = do_submit(r, message, progress=None if json_out else (lambda line: err.print(line)))
+            from avo.migration import offer_if_due
+
+            came = offer_if_due(r, progress=None if json_out else (lambda line: err.print(line)))
+            if came is not None:
+                r = open_run(r.paths.root, runs_root(runs_dir))
             if json_out:
                 print_json({"step": res.step, "outcome": res.outcome, "reason": res.reason,
                             "version": f"v{res.version.n}" if res.version else None,
@@ -152,9 +185,17 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
                             "error": res.evaluation.result.error, "best": f"v{res.best.n}",
                             "best_scalar": res.best.scalar, "supervisor_due": res.supervisor_due,
                             "supervisor_reason": res.supervisor_reason, "notes": res.notes,
-                            "log": str(res.evaluation.log_path), "steps_left": r.state.steps_left()})
+                            "log": str(res.evaluation.log_path), "steps_left": r.state.steps_left(),
+                            "migrant": None if came is None else {
+                                "donor": came.donor, "outcome": came.outcome, "reason": came.reason,
+                                "origin": came.origin.model_dump() if came.origin else None,
+                                "best": f"v{r.state.best_version.n}"}})
             else:
                 _print_submit(res, r)
+                if came is not None:
+                    from avo.migration import offer_line
+
+                    out.print(offer_line(came, r), markup=False)
 
     @app.command()
     def revert(
@@ -175,10 +216,21 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
 
     @app.command()
     def status(run: RunRef = None, runs_dir: RunsDir = None, json_out: JsonFlag = False) -> None:
-        """Where the run stands: best, steps, supervisor, budget."""
+        """Where the run stands: best, steps, supervisor, budget (a colony: every island side by side)."""
+        from avo.cli.colony import colony_ref
         from avo.engine import open_run
 
         with user_errors():
+            colony = colony_ref(run, runs_dir)
+            if colony is not None:
+                from avo.colony_view import colony_summary
+                from avo.colony_view import status_lines as colony_lines
+
+                if json_out:
+                    print_json(colony_summary(colony))
+                else:
+                    _print_lines(colony_lines(colony))
+                return
             r = open_run(run, runs_root(runs_dir))
             from avo.summaries import status_dict, status_lines, work_dirty
 
@@ -202,11 +254,21 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
         With --json, the versions as recorded; with --json --attempts, every submit, revert and
         evaluation record of the trajectory.
         """
+        from avo.cli.colony import colony_ref
         from avo.engine import open_run
         from avo.prompts import lineage_table
         from avo.state import read_trajectory
 
         with user_errors():
+            colony = colony_ref(run, runs_dir)
+            if colony is not None:
+                from avo.colony_view import colony_summary, log_lines
+
+                if json_out:
+                    print_json(colony_summary(colony))
+                else:
+                    _print_lines(log_lines(colony) or ["no steps yet"])
+                return
             r = open_run(run, runs_root(runs_dir))
             from avo.record_check import describe_flags
 
@@ -243,15 +305,24 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
             removed = remove_stale(root) if clean else []
             states = all_runs(root)
             partials = list_partials(root)
+            from avo.colony import is_colony, load_colony
+
+            colonies = [load_colony(p) for p in sorted(root.iterdir()) if is_colony(p)] if root.is_dir() else []
             if json_out:
                 print_json([{"run": s.id, "target": s.target.name, "versions": len(s.versions), "steps": s.steps,
                              "best": s.best_version.scalar, "created": s.created} for s in states]
+                           + [{"colony": c.id, "target": c.target, "islands": c.names(), "created": c.created}
+                              for c in colonies]
                            + [{"run": p.run_id, "path": str(p.path), "unfinished": True, "starting": p.alive}
                               for p in partials])
                 return
             for p in removed:
                 out.print(f"removed {p.path}", markup=False)
-            if not states and not partials:
+            for c in colonies:
+                when = time.strftime("%Y-%m-%d %H:%M", time.localtime(c.created))
+                out.print(f"{c.id:<40} {c.target:<16} {when}  colony of {len(c.islands)} islands "
+                          f"(`avo status --run {c.id}`)", markup=False)
+            if not states and not partials and not colonies:
                 out.print(f"no runs under {root.resolve()}", markup=False)
             for s in states:
                 when = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.created))
