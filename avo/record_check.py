@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from avo.chain import RECOVERED, line_hash, verify
+from avo.chain import RECOVERED, ChainReport, line_hash, verify
 from avo.errors import RecordError
 from avo.lineage import BRANCH, META_DIR, blob_id, commit_message, object_ids, read_commits, read_object, ref_of
 from avo.record_format import parse_trailers, scores_file, terms, terms_digest
@@ -173,6 +173,8 @@ class TrajectoryFindings:
     line_hashes: dict[int, str] = field(default_factory=dict)
     unrecorded: list[int] = field(default_factory=list)
     other: list[str] = field(default_factory=list)
+    data: bytes = b""  # what was checked, for a checkpoint of it (avo.record_checkpoint)
+    report: ChainReport | None = None
 
     def describe(self) -> list[str]:
         out = [f"trajectory.jsonl line {n} {what}" for n, what in sorted(self.lines.items())]
@@ -184,7 +186,7 @@ def trajectory_findings(paths: RunPaths, state: RunState, locked: bool) -> Traje
     """Check the trajectory's chain and its accepted steps against run.json's versions."""
     data = paths.trajectory.read_bytes() if paths.trajectory.exists() else b""
     report = verify(data, state.chain)
-    found = TrajectoryFindings(dict(report.problems))
+    found = TrajectoryFindings(dict(report.problems), data=data, report=report)
     if report.head_problem:
         found.other.append(f"trajectory.jsonl: {report.head_problem}")
     head = state.chain.count if state.chain is not None else len(report.lines)
@@ -239,13 +241,29 @@ def record_problems(paths: RunPaths, state: RunState, *, locked: bool) -> list[s
     ``locked``: the caller holds the run's lock and has finished any interrupted submit, so
     the three must agree exactly; otherwise a submit may be committing meanwhile, and what
     it has written so far is allowed for.
+
+    What a signed checkpoint already vouches for is not checked again
+    (:mod:`avo.record_checkpoint`); a command holding the lock moves the checkpoint forward.
     """
+    from avo.record_checkpoint import fresh_checkpoint, quick_check, save_checkpoint
+
+    quick = quick_check(paths, state, locked=locked)
+    if quick is not None:
+        if locked and quick.body() != quick.previous:
+            save_checkpoint(paths, quick)
+        return []
     problems = []
     if state.best != len(state.versions) - 1:
         problems.append(f"run.json's best is v{state.best}, but its newest version is v{len(state.versions) - 1} "
                         "(every accepted version becomes the best)")
-    return (problems + _lineage_problems(paths, state, locked) + _terms_problems(paths, state)
-            + trajectory_findings(paths, state, locked).describe())
+    found = trajectory_findings(paths, state, locked)
+    problems += _lineage_problems(paths, state, locked) + _terms_problems(paths, state) + found.describe()
+    if not problems and locked and not paths.journal.exists() and found.report is not None:
+        fresh = fresh_checkpoint(state, found.data, found.report.records, found.report.lines,
+                                 set(found.report.flagged))
+        if fresh is not None:
+            save_checkpoint(paths, fresh)
+    return problems
 
 
 def record_error(paths: RunPaths, problems: list[str]) -> RecordError:
