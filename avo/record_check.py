@@ -10,6 +10,8 @@ running as the same user; it cannot prevent them (docs/SECURITY.md).
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import json
 import time
 from dataclasses import dataclass, field
@@ -17,8 +19,8 @@ from typing import Any
 
 from avo.chain import RECOVERED, ChainReport, line_hash, verify
 from avo.errors import RecordError
-from avo.lineage import BRANCH, META_DIR, blob_id, commit_message, object_ids, read_commits, read_object, ref_of
-from avo.record_format import parse_trailers, scores_file, terms, terms_digest
+from avo.lineage import BRANCH, META_DIR, commit_message, object_ids, read_commits, read_object, ref_of
+from avo.record_format import parse_trailers, scores_file, scores_line, terms, terms_digest
 from avo.state import RunPaths, RunState, Version, load_state, read_trajectory
 
 SCORES_FILE = f"{META_DIR}/scores.jsonl"
@@ -46,6 +48,13 @@ def _scores_problem(paths: RunPaths, v: Version, expected: str) -> str:
                 detail = "unreadable line"
             return f"{where} says for v{i}: {detail} (committed vs run.json)"
     return f"{where} has {len(got)} lines, run.json's versions give {len(want)}"
+
+
+def _blob_id(content: memoryview) -> str:
+    """:func:`avo.lineage.blob_id` without copying ``content``."""
+    h = hashlib.sha1(b"blob %d\0" % len(content))
+    h.update(content)
+    return h.hexdigest()
 
 
 def _lineage_problems(paths: RunPaths, state: RunState, locked: bool) -> list[str]:
@@ -87,11 +96,14 @@ def _lineage_problems(paths: RunPaths, state: RunState, locked: bool) -> list[st
     if len(chain) != kept[-1].n + 1 and not problems:
         problems.append(f"avo's backup lineage up to v{kept[-1].n} has {len(chain)} commits, run.json lists "
                         f"{kept[-1].n + 1} versions")
-    expected = [scores_file(state.versions[:v.n + 1]) for v in kept]
+    # Version n's file is the first n + 1 lines of the newest one: one buffer, hashed by prefix.
+    lines = [scores_line(v).encode() for v in state.versions]
+    ends = list(itertools.accumulate(len(line) for line in lines))
+    whole = memoryview(b"".join(lines))
     ids = object_ids(backup, [f"{v.sha}:{SCORES_FILE}" for v in kept])
-    for v, want, oid in zip(kept, expected, ids, strict=False):
-        if oid != blob_id(want.encode()):
-            problems.append(_scores_problem(paths, v, want))
+    for v, oid in zip(kept, ids, strict=False):
+        if oid != _blob_id(whole[:ends[v.n]]):
+            problems.append(_scores_problem(paths, v, scores_file(state.versions[:v.n + 1])))
             break  # later files repeat the same lines
     if locked and not missing:
         main = ref_of(backup, f"refs/heads/{BRANCH}")
