@@ -91,7 +91,7 @@ def trajectory_data(run: Run, *, x: str = "version") -> TrajectoryData:
     if not versions:
         raise AvoError(f"run {state.id} has no committed versions to plot")
     direction = state.target.direction
-    records = read_trajectory(run.paths)
+    records = read_trajectory(run.paths, mentioning=b'"submit"')  # attempts are submits: the rest unparsed
 
     attempts: list[Attempt] = []
     for rec in records:

@@ -312,7 +312,7 @@ def describe_flags(paths: RunPaths) -> list[str]:
     if not paths.trajectory.exists():
         return []
     out = []
-    for r in read_trajectory(paths):
+    for r in read_trajectory(paths, mentioning=f'"{RECOVERED}"'.encode()):
         if r.get("kind") == RECOVERED:
             out += [f"trajectory.jsonl line {a.get('line')} {a.get('problem')}; `avo recover` set it aside"
                     for a in r.get("acknowledged") or [] if isinstance(a, dict)]

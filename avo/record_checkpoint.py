@@ -320,8 +320,9 @@ def quick_check(paths: RunPaths, state: RunState, *, locked: bool) -> Checkpoint
         return None
     end = len(data) - len(torn)
     running.update(memoryview(data)[cp.offset:end])
-    return Checkpoint(state.id, head.count, end, running.hexdigest(), head.sha, len(versions),
-                      versions_digest(versions), fold, previous=cp.body())
+    digest = cp.versions_digest if len(versions) == cp.versions else versions_digest(versions)
+    return Checkpoint(state.id, head.count, end, running.hexdigest(), head.sha, len(versions), digest, fold,
+                      previous=cp.body())
 
 
 def _terms_agree(paths: RunPaths, state: RunState, fold: Fold, terms: Any, terms_digest: Any) -> bool:

@@ -11,13 +11,14 @@ import fcntl
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import to_json
 
 from avo.chain import ChainHead, acknowledged, line_hash, link_fields, parse, split_lines
 from avo.errors import AvoError, BlockedError
@@ -304,7 +305,9 @@ def _set_head(paths: RunPaths, head: ChainHead) -> None:
     except FileNotFoundError:
         return
     data["chain"] = head.model_dump()
-    write_json_atomic(paths.run_json, json.dumps(data, indent=1))
+    # pydantic-core's serializer: json.dumps with an indent is pure Python, and run.json holds
+    # every version (0.2 s per append at 3,000 versions).
+    write_json_atomic(paths.run_json, to_json(data, indent=1).decode())
 
 
 def _set_aside_torn(paths: RunPaths, data: bytes) -> tuple[list[bytes], str | None]:
@@ -357,14 +360,61 @@ def heal_trajectory(paths: RunPaths, state: RunState) -> list[str]:
         return notes
 
 
-def read_trajectory(paths: RunPaths) -> list[dict[str, Any]]:
-    """Every trajectory record, except a torn last line and lines ``avo recover`` set aside."""
+_RECOVERED_MARK = b'"recovered"'  # in every line that can set lines aside (chain.RECOVERED)
+
+
+def read_trajectory(paths: RunPaths, *, mentioning: bytes | None = None) -> list[dict[str, Any]]:
+    """Every trajectory record, except a torn last line and lines ``avo recover`` set aside.
+
+    ``mentioning``: only records whose line contains these bytes (a tree id, say), found
+    without parsing the other lines.
+    """
     if not paths.trajectory.exists():
         return []
-    lines, _ = split_lines(paths.trajectory.read_bytes())
+    data = paths.trajectory.read_bytes()
+    if mentioning is not None and _RECOVERED_MARK not in data:
+        end = data.rfind(b"\n") + 1  # complete lines only
+        out, pos = [], data.find(mentioning, 0, end)
+        while pos != -1:
+            start, stop = data.rfind(b"\n", 0, pos) + 1, data.find(b"\n", pos, end)
+            r = parse(data[start:stop])
+            if r is not None:
+                out.append(r)
+            pos = data.find(mentioning, stop + 1, end)
+        return out
+    lines, _ = split_lines(data)
     records = [parse(line) for line in lines]
     aside = acknowledged(records)
-    return [r for n, r in enumerate(records, 1) if r is not None and n not in aside]
+    return [r for n, r in enumerate(records, 1) if r is not None and n not in aside
+            and (mentioning is None or mentioning in lines[n - 1])]
+
+
+def recent_records(paths: RunPaths, needles: tuple[bytes, ...], keep: Callable[[dict[str, Any]], bool],
+                   limit: int) -> list[dict[str, Any]]:
+    """The last ``limit`` records ``keep`` accepts (oldest first), as :func:`read_trajectory`
+    gives them, read back from the end of the file.
+
+    ``needles``: every record ``keep`` accepts has one of these in its line; other lines are
+    never parsed, so the cost depends on how far back the records are, not on the file.
+    """
+    data = paths.trajectory.read_bytes() if paths.trajectory.exists() else b""
+    if _RECOVERED_MARK in data:  # lines may be set aside: the whole file decides which
+        return [r for r in read_trajectory(paths) if keep(r)][-limit:] if limit else []
+    end = data.rfind(b"\n") + 1
+    hits = {n: data.rfind(n, 0, end) for n in needles}
+    out: list[dict[str, Any]] = []
+    while len(out) < limit:
+        hit = max(hits.values(), default=-1)
+        if hit < 0:
+            break
+        start, stop = data.rfind(b"\n", 0, hit) + 1, data.find(b"\n", hit, end)
+        r = parse(data[start:stop])
+        if r is not None and keep(r):
+            out.append(r)
+        for n, at in hits.items():
+            if at >= start:
+                hits[n] = data.rfind(n, 0, start)
+    return out[::-1]
 
 
 @contextmanager
