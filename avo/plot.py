@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from avo.engine import Run
 
 FORMATS = ("png", "svg", "pdf")
+MAX_VERSION_TICKS = 24
 MAX_CONFIG_PANELS = 8
 X_AXES = ("version", "time")
 
@@ -279,6 +280,7 @@ def figure_from_data(
     ax.set_ylabel(f"scalar ({sense}{', log scale' if log else ''})")
     if data.x_label == "committed version":
         ticks = [x for x in data.xs if x >= x0]
+        ticks = ticks[::-(-len(ticks) // MAX_VERSION_TICKS)]  # one label per version drowns a long run
         ax.set_xticks(ticks)
         ax.set_xticklabels([f"v{int(v)}" for v in ticks], fontsize=8)
     ax.grid(True, alpha=0.25)

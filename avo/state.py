@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
-from pydantic_core import to_json
+from pydantic_core import from_json, to_json
 
-from avo.chain import ChainHead, acknowledged, line_hash, link_fields, parse, split_lines
+from avo.chain import ChainHead, acknowledged, line_hash, link_after, parse, split_lines
 from avo.errors import AvoError, BlockedError
 from avo.models import NoiseSpec, TargetSpec
 
@@ -267,7 +267,7 @@ def write_json_atomic(path: Path, data: str) -> None:
 
 def _disk_head(paths: RunPaths) -> ChainHead | None:
     try:
-        raw = json.loads(paths.run_json.read_bytes()).get("chain")
+        raw = from_json(paths.run_json.read_bytes()).get("chain")  # pydantic-core's parser: run.json is large
         return ChainHead.model_validate(raw) if raw else None
     except (OSError, ValueError, AttributeError):
         return None
@@ -301,7 +301,7 @@ def save_state(paths: RunPaths, state: RunState) -> None:
 
 def _set_head(paths: RunPaths, head: ChainHead) -> None:
     try:
-        data = json.loads(paths.run_json.read_bytes())
+        data = from_json(paths.run_json.read_bytes())
     except FileNotFoundError:
         return
     data["chain"] = head.model_dump()
@@ -310,18 +310,32 @@ def _set_head(paths: RunPaths, head: ChainHead) -> None:
     write_json_atomic(paths.run_json, to_json(data, indent=1).decode())
 
 
-def _set_aside_torn(paths: RunPaths, data: bytes) -> tuple[list[bytes], str | None]:
+@dataclass(frozen=True)
+class _Complete:
+    """The trajectory's complete lines, without splitting the file: how many, and the last."""
+
+    data: bytes
+    count: int
+    end: int  # offset just past the last complete line
+
+    def last(self) -> bytes:
+        return self.data[self.data.rfind(b"\n", 0, self.end - 1) + 1:self.end - 1] if self.count else b""
+
+
+def _set_aside_torn(paths: RunPaths, data: bytes) -> tuple[_Complete, str | None]:
     """The complete lines; a torn tail (a kill mid-write) is moved into avo's private folder."""
-    lines, torn = split_lines(data)
+    end = data.rfind(b"\n") + 1
+    done = _Complete(data, data.count(b"\n", 0, end), end)
+    torn = data[end:]
     if not torn:
-        return lines, None
+        return done, None
     paths.private.mkdir(parents=True, exist_ok=True)
     aside = paths.private / f"torn-trajectory-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
     aside.write_bytes(torn)
     with open(paths.trajectory, "r+b") as fh:
         fh.truncate(len(data) - len(torn))
         os.fsync(fh.fileno())
-    return lines, f"a torn last line of trajectory.jsonl (a kill mid-write) was moved to {aside.name}"
+    return done, f"a torn last line of trajectory.jsonl (a kill mid-write) was moved to {aside.name}"
 
 
 def append_trajectory(paths: RunPaths, record: dict[str, Any]) -> None:
@@ -332,14 +346,14 @@ def append_trajectory(paths: RunPaths, record: dict[str, Any]) -> None:
     """
     with _record_lock(paths):
         data = paths.trajectory.read_bytes() if paths.trajectory.exists() else b""
-        lines, _ = _set_aside_torn(paths, data)
-        record = {"time": round(time.time(), 3), **record, **link_fields(lines)}
+        done, _ = _set_aside_torn(paths, data)
+        record = {"time": round(time.time(), 3), **record, **link_after(done.count, done.last())}
         line = json.dumps(record, sort_keys=False, default=str).encode()
         with open(paths.trajectory, "ab") as fh:
             fh.write(line + b"\n")
             fh.flush()
             os.fsync(fh.fileno())
-        _set_head(paths, ChainHead(count=len(lines) + 1, sha=line_hash(line)))
+        _set_head(paths, ChainHead(count=done.count + 1, sha=line_hash(line)))
 
 
 def heal_trajectory(paths: RunPaths, state: RunState) -> list[str]:
@@ -348,15 +362,17 @@ def heal_trajectory(paths: RunPaths, state: RunState) -> list[str]:
         state.chain = _disk_head(paths) or state.chain  # the caller's copy may predate an append
         if not paths.trajectory.exists():
             return []
-        lines, note = _set_aside_torn(paths, paths.trajectory.read_bytes())
+        done, note = _set_aside_torn(paths, paths.trajectory.read_bytes())
         notes = [note] if note else []
         head = state.chain
-        if head is not None and 0 < head.count < len(lines) and line_hash(lines[head.count - 1]) == head.sha:
-            new = ChainHead(count=len(lines), sha=line_hash(lines[-1]))
-            _set_head(paths, new)
-            state.chain = new
-            notes.append(f"adopted {len(lines) - head.count} trajectory line(s) written after the last "
-                         "recorded one (a command was killed between its two writes)")
+        if head is not None and 0 < head.count < done.count:  # rare: only then is the file split
+            lines, _ = split_lines(done.data[:done.end])
+            if line_hash(lines[head.count - 1]) == head.sha:
+                new = ChainHead(count=len(lines), sha=line_hash(lines[-1]))
+                _set_head(paths, new)
+                state.chain = new
+                notes.append(f"adopted {len(lines) - head.count} trajectory line(s) written after the last "
+                             "recorded one (a command was killed between its two writes)")
         return notes
 
 

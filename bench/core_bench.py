@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -167,7 +168,7 @@ def prompt_size(run_dir: Path, env: dict[str, str]) -> tuple[int, int]:
     """(bytes, lineage table rows) of `avo prompt` on a run."""
     text = subprocess.run([*AVO, "prompt", "--run", str(run_dir)], env=env, capture_output=True, text=True,
                           check=True).stdout
-    return len(text.encode()), sum(1 for line in text.splitlines() if line.startswith("| v"))
+    return len(text.encode()), sum(1 for line in text.splitlines() if re.match(r"\| v\d", line))
 
 
 def grown(sizes: list[int], runs_root: Path, env: dict[str, str], tmp: Path) -> tuple[list[str], dict[int, dict]]:
