@@ -177,3 +177,31 @@ def test_an_older_checkpoint_replayed_checks_everything_after_it(
     checkpoint_path(paths).write_bytes(old)  # the later checkpoint, which covers line i, is gone
     code, out = avo("status")
     assert code == 1 and f"trajectory.jsonl line {i + 1} records v" in out and "'X=6!' vs 'X=6'" in out, out
+
+
+def test_partial_reads_of_the_trajectory_agree_with_a_whole_read(
+    toy: Path, runs_root: Path, core_plugins: None
+) -> None:
+    from avo.prompts import _is_attempt
+    from avo.state import append_trajectory, read_trajectory, recent_records
+
+    run = started(toy, runs_root, accepted=2)
+    for x in (2, 3):
+        set_constants(run.paths.work, x=x)
+        assert submit(open_run(run.paths.root, runs_root), f"X={x}, worse").outcome == "rejected"
+    paths = run.paths
+    for limit in (1, 2, 5):
+        whole = [r for r in read_trajectory(paths) if _is_attempt(r)][-limit:]
+        assert recent_records(paths, (b'"submit"', b'"revert"'), _is_attempt, limit) == whole
+    tree = next(r["tree"] for r in read_trajectory(paths) if r.get("kind") == "submit")
+    assert read_trajectory(paths, mentioning=tree.encode()) == [r for r in read_trajectory(paths)
+                                                                 if tree in json.dumps(r)]
+    # A line set aside by `avo recover` is left out of both, as from a whole read.
+    rejected = next(n for n, line in enumerate(_lines(paths.trajectory), 1) if b'"outcome": "rejected"' in line)
+    line = _lines(paths.trajectory)[rejected - 1]
+    append_trajectory(paths, {"kind": "recovered", "id": "recovered-1", "step": 0, "unrecorded_versions": [],
+                              "acknowledged": [{"line": rejected, "sha": _hash(line), "problem": "test"}]})
+    kept = [r for r in read_trajectory(paths) if _is_attempt(r)]
+    assert json.loads(line) not in kept
+    assert recent_records(paths, (b'"submit"', b'"revert"'), _is_attempt, 5) == kept[-5:]
+    assert json.loads(line) not in read_trajectory(paths, mentioning=json.loads(line)["tree"].encode())
