@@ -46,13 +46,13 @@ def parse(line: bytes) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def link_fields(lines: list[bytes]) -> dict[str, Any]:
-    """``seq`` and ``prev`` for a record appended after ``lines``."""
-    if not lines:
+def link_after(count: int, last_line: bytes) -> dict[str, Any]:
+    """``seq`` and ``prev`` for a record appended after ``count`` lines ending with ``last_line``."""
+    if not count:
         return {"seq": 1, "prev": None}
-    last = parse(lines[-1]) or {}
+    last = parse(last_line) or {}
     seq = last.get("seq")
-    return {"seq": seq + 1 if isinstance(seq, int) else len(lines) + 1, "prev": line_hash(lines[-1])}
+    return {"seq": seq + 1 if isinstance(seq, int) else count + 1, "prev": line_hash(last_line)}
 
 
 def acknowledged(records: list[dict[str, Any] | None]) -> dict[int, str]:

@@ -724,7 +724,7 @@ def _nondeterminism(run: Run, tree: str, evaluation: Evaluation, screening: bool
     noise = run.state.options.noise
     if noise.band > 0 or evaluation.scalar is None:
         return None
-    for record in read_trajectory(run.paths):
+    for record in read_trajectory(run.paths, mentioning=tree.encode()):  # only lines naming the tree are parsed
         if record.get("tree") == tree and record.get("scalar") is not None \
                 and bool(record.get("screening")) == screening \
                 and record.get("metrics") != evaluation.result.metrics:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from avo.engine import Run
 
 FORMATS = ("png", "svg", "pdf")
+MAX_VERSION_TICKS = 24
 MAX_CONFIG_PANELS = 8
 X_AXES = ("version", "time")
 
@@ -91,7 +92,7 @@ def trajectory_data(run: Run, *, x: str = "version") -> TrajectoryData:
     if not versions:
         raise AvoError(f"run {state.id} has no committed versions to plot")
     direction = state.target.direction
-    records = read_trajectory(run.paths)
+    records = read_trajectory(run.paths, mentioning=b'"submit"')  # attempts are submits: the rest unparsed
 
     attempts: list[Attempt] = []
     for rec in records:
@@ -279,6 +280,7 @@ def figure_from_data(
     ax.set_ylabel(f"scalar ({sense}{', log scale' if log else ''})")
     if data.x_label == "committed version":
         ticks = [x for x in data.xs if x >= x0]
+        ticks = ticks[::-(-len(ticks) // MAX_VERSION_TICKS)]  # one label per version drowns a long run
         ax.set_xticks(ticks)
         ax.set_xticklabels([f"v{int(v)}" for v in ticks], fontsize=8)
     ax.grid(True, alpha=0.25)

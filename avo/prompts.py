@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from avo.contract import gain
 from avo.numbers import display_digits, fmt_number, fmt_pct
 from avo.policy import fmt_tolerance
-from avo.state import RunState, Version, read_trajectory
+from avo.state import RunState, Version, read_trajectory, recent_records
 
 if TYPE_CHECKING:
     from avo.engine import Run
@@ -56,7 +56,13 @@ def lineage_table(state: RunState, rows: int = MAX_LINEAGE_ROWS) -> str:
     digits = display_digits(state)
     shown: list[Version] = versions if len(versions) <= rows else [versions[0], *versions[-(rows - 1):]]
     head = ["ver", "scalar", "Δ prev", *configs, "message"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = []
+    hidden = versions[1:len(versions) - len(shown) + 1]
+    if hidden:  # bounded: v0 and the newest, the rest summarised in one line
+        bests = sum(1 for v in hidden if v.new_best)
+        lines.append(f"(v{hidden[0].n}–v{hidden[-1].n} not shown: {len(hidden)} versions, {bests} of them new "
+                     "bests; `avo log` lists every version)")
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     prev: Version | None = None
     for v in shown:
         direction = state.target.direction
@@ -92,9 +98,14 @@ def _kb_index(run: Run) -> str:
     return "\n".join(entries) or "(empty)"
 
 
+def _is_attempt(r: dict[str, Any]) -> bool:
+    """A step that did not become a version: a rejected or failed submit, a revert with changes."""
+    return bool((r.get("kind") == "submit" and r.get("outcome") != "accepted")
+                or (r.get("kind") == "revert" and r.get("diff")))
+
+
 def _rejected(records: list[dict[str, Any]], limit: int = MAX_REJECTED, digits: int | None = None) -> str:
-    rows = [r for r in records if (r.get("kind") == "submit" and r.get("outcome") != "accepted")
-            or (r.get("kind") == "revert" and r.get("diff"))][-limit:]
+    rows = [r for r in records if _is_attempt(r)][-limit:]
     if not rows:
         return "(none yet)"
     out = []
@@ -162,7 +173,8 @@ def variation_prompt(run: Run) -> str:
     best = state.best_version
     step = state.steps + 1
     budget = f"step {step} of {state.options.max_steps}" if state.options.max_steps else f"step {step}"
-    records = read_trajectory(paths)
+    # Only the last few attempts are shown: read back from the end, not the whole trajectory.
+    records = recent_records(paths, (b'"submit"', b'"revert"'), _is_attempt, MAX_REJECTED)
     redirect = ""
     if state.supervisor.pending_redirect:
         redirect = (

@@ -10,15 +10,17 @@ running as the same user; it cannot prevent them (docs/SECURITY.md).
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from avo.chain import RECOVERED, line_hash, verify
+from avo.chain import RECOVERED, ChainReport, line_hash, verify
 from avo.errors import RecordError
-from avo.lineage import BRANCH, META_DIR, blob_id, commit_message, object_ids, read_commits, read_object, ref_of
-from avo.record_format import parse_trailers, scores_file, terms, terms_digest
+from avo.lineage import BRANCH, META_DIR, commit_message, object_ids, read_commits, read_object, ref_of
+from avo.record_format import parse_trailers, scores_file, scores_line, terms, terms_digest
 from avo.state import RunPaths, RunState, Version, load_state, read_trajectory
 
 SCORES_FILE = f"{META_DIR}/scores.jsonl"
@@ -46,6 +48,13 @@ def _scores_problem(paths: RunPaths, v: Version, expected: str) -> str:
                 detail = "unreadable line"
             return f"{where} says for v{i}: {detail} (committed vs run.json)"
     return f"{where} has {len(got)} lines, run.json's versions give {len(want)}"
+
+
+def _blob_id(content: memoryview) -> str:
+    """:func:`avo.lineage.blob_id` without copying ``content``."""
+    h = hashlib.sha1(b"blob %d\0" % len(content))
+    h.update(content)
+    return h.hexdigest()
 
 
 def _lineage_problems(paths: RunPaths, state: RunState, locked: bool) -> list[str]:
@@ -87,11 +96,14 @@ def _lineage_problems(paths: RunPaths, state: RunState, locked: bool) -> list[st
     if len(chain) != kept[-1].n + 1 and not problems:
         problems.append(f"avo's backup lineage up to v{kept[-1].n} has {len(chain)} commits, run.json lists "
                         f"{kept[-1].n + 1} versions")
-    expected = [scores_file(state.versions[:v.n + 1]) for v in kept]
+    # Version n's file is the first n + 1 lines of the newest one: one buffer, hashed by prefix.
+    lines = [scores_line(v).encode() for v in state.versions]
+    ends = list(itertools.accumulate(len(line) for line in lines))
+    whole = memoryview(b"".join(lines))
     ids = object_ids(backup, [f"{v.sha}:{SCORES_FILE}" for v in kept])
-    for v, want, oid in zip(kept, expected, ids, strict=False):
-        if oid != blob_id(want.encode()):
-            problems.append(_scores_problem(paths, v, want))
+    for v, oid in zip(kept, ids, strict=False):
+        if oid != _blob_id(whole[:ends[v.n]]):
+            problems.append(_scores_problem(paths, v, scores_file(state.versions[:v.n + 1])))
             break  # later files repeat the same lines
     if locked and not missing:
         main = ref_of(backup, f"refs/heads/{BRANCH}")
@@ -173,6 +185,8 @@ class TrajectoryFindings:
     line_hashes: dict[int, str] = field(default_factory=dict)
     unrecorded: list[int] = field(default_factory=list)
     other: list[str] = field(default_factory=list)
+    data: bytes = b""  # what was checked, for a checkpoint of it (avo.record_checkpoint)
+    report: ChainReport | None = None
 
     def describe(self) -> list[str]:
         out = [f"trajectory.jsonl line {n} {what}" for n, what in sorted(self.lines.items())]
@@ -184,7 +198,7 @@ def trajectory_findings(paths: RunPaths, state: RunState, locked: bool) -> Traje
     """Check the trajectory's chain and its accepted steps against run.json's versions."""
     data = paths.trajectory.read_bytes() if paths.trajectory.exists() else b""
     report = verify(data, state.chain)
-    found = TrajectoryFindings(dict(report.problems))
+    found = TrajectoryFindings(dict(report.problems), data=data, report=report)
     if report.head_problem:
         found.other.append(f"trajectory.jsonl: {report.head_problem}")
     head = state.chain.count if state.chain is not None else len(report.lines)
@@ -239,13 +253,29 @@ def record_problems(paths: RunPaths, state: RunState, *, locked: bool) -> list[s
     ``locked``: the caller holds the run's lock and has finished any interrupted submit, so
     the three must agree exactly; otherwise a submit may be committing meanwhile, and what
     it has written so far is allowed for.
+
+    What a signed checkpoint already vouches for is not checked again
+    (:mod:`avo.record_checkpoint`); a command holding the lock moves the checkpoint forward.
     """
+    from avo.record_checkpoint import fresh_checkpoint, quick_check, save_checkpoint
+
+    quick = quick_check(paths, state, locked=locked)
+    if quick is not None:
+        if locked and quick.body() != quick.previous:
+            save_checkpoint(paths, quick)
+        return []
     problems = []
     if state.best != len(state.versions) - 1:
         problems.append(f"run.json's best is v{state.best}, but its newest version is v{len(state.versions) - 1} "
                         "(every accepted version becomes the best)")
-    return (problems + _lineage_problems(paths, state, locked) + _terms_problems(paths, state)
-            + trajectory_findings(paths, state, locked).describe())
+    found = trajectory_findings(paths, state, locked)
+    problems += _lineage_problems(paths, state, locked) + _terms_problems(paths, state) + found.describe()
+    if not problems and locked and not paths.journal.exists() and found.report is not None:
+        fresh = fresh_checkpoint(state, found.data, found.report.records, found.report.lines,
+                                 set(found.report.flagged))
+        if fresh is not None:
+            save_checkpoint(paths, fresh)
+    return problems
 
 
 def record_error(paths: RunPaths, problems: list[str]) -> RecordError:
@@ -282,7 +312,7 @@ def describe_flags(paths: RunPaths) -> list[str]:
     if not paths.trajectory.exists():
         return []
     out = []
-    for r in read_trajectory(paths):
+    for r in read_trajectory(paths, mentioning=f'"{RECOVERED}"'.encode()):
         if r.get("kind") == RECOVERED:
             out += [f"trajectory.jsonl line {a.get('line')} {a.get('problem')}; `avo recover` set it aside"
                     for a in r.get("acknowledged") or [] if isinstance(a, dict)]

@@ -11,15 +11,16 @@ import fcntl
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import from_json, to_json
 
-from avo.chain import ChainHead, acknowledged, line_hash, link_fields, parse, split_lines
+from avo.chain import ChainHead, acknowledged, line_hash, link_after, parse, split_lines
 from avo.errors import AvoError, BlockedError
 from avo.models import NoiseSpec, TargetSpec
 
@@ -270,7 +271,7 @@ def write_json_atomic(path: Path, data: str) -> None:
 
 def _disk_head(paths: RunPaths) -> ChainHead | None:
     try:
-        raw = json.loads(paths.run_json.read_bytes()).get("chain")
+        raw = from_json(paths.run_json.read_bytes()).get("chain")  # pydantic-core's parser: run.json is large
         return ChainHead.model_validate(raw) if raw else None
     except (OSError, ValueError, AttributeError):
         return None
@@ -304,25 +305,41 @@ def save_state(paths: RunPaths, state: RunState) -> None:
 
 def _set_head(paths: RunPaths, head: ChainHead) -> None:
     try:
-        data = json.loads(paths.run_json.read_bytes())
+        data = from_json(paths.run_json.read_bytes())
     except FileNotFoundError:
         return
     data["chain"] = head.model_dump()
-    write_json_atomic(paths.run_json, json.dumps(data, indent=1))
+    # pydantic-core's serializer: json.dumps with an indent is pure Python, and run.json holds
+    # every version (0.2 s per append at 3,000 versions).
+    write_json_atomic(paths.run_json, to_json(data, indent=1).decode())
 
 
-def _set_aside_torn(paths: RunPaths, data: bytes) -> tuple[list[bytes], str | None]:
+@dataclass(frozen=True)
+class _Complete:
+    """The trajectory's complete lines, without splitting the file: how many, and the last."""
+
+    data: bytes
+    count: int
+    end: int  # offset just past the last complete line
+
+    def last(self) -> bytes:
+        return self.data[self.data.rfind(b"\n", 0, self.end - 1) + 1:self.end - 1] if self.count else b""
+
+
+def _set_aside_torn(paths: RunPaths, data: bytes) -> tuple[_Complete, str | None]:
     """The complete lines; a torn tail (a kill mid-write) is moved into avo's private folder."""
-    lines, torn = split_lines(data)
+    end = data.rfind(b"\n") + 1
+    done = _Complete(data, data.count(b"\n", 0, end), end)
+    torn = data[end:]
     if not torn:
-        return lines, None
+        return done, None
     paths.private.mkdir(parents=True, exist_ok=True)
     aside = paths.private / f"torn-trajectory-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
     aside.write_bytes(torn)
     with open(paths.trajectory, "r+b") as fh:
         fh.truncate(len(data) - len(torn))
         os.fsync(fh.fileno())
-    return lines, f"a torn last line of trajectory.jsonl (a kill mid-write) was moved to {aside.name}"
+    return done, f"a torn last line of trajectory.jsonl (a kill mid-write) was moved to {aside.name}"
 
 
 def append_trajectory(paths: RunPaths, record: dict[str, Any]) -> None:
@@ -333,14 +350,14 @@ def append_trajectory(paths: RunPaths, record: dict[str, Any]) -> None:
     """
     with _record_lock(paths):
         data = paths.trajectory.read_bytes() if paths.trajectory.exists() else b""
-        lines, _ = _set_aside_torn(paths, data)
-        record = {"time": round(time.time(), 3), **record, **link_fields(lines)}
+        done, _ = _set_aside_torn(paths, data)
+        record = {"time": round(time.time(), 3), **record, **link_after(done.count, done.last())}
         line = json.dumps(record, sort_keys=False, default=str).encode()
         with open(paths.trajectory, "ab") as fh:
             fh.write(line + b"\n")
             fh.flush()
             os.fsync(fh.fileno())
-        _set_head(paths, ChainHead(count=len(lines) + 1, sha=line_hash(line)))
+        _set_head(paths, ChainHead(count=done.count + 1, sha=line_hash(line)))
 
 
 def heal_trajectory(paths: RunPaths, state: RunState) -> list[str]:
@@ -349,26 +366,75 @@ def heal_trajectory(paths: RunPaths, state: RunState) -> list[str]:
         state.chain = _disk_head(paths) or state.chain  # the caller's copy may predate an append
         if not paths.trajectory.exists():
             return []
-        lines, note = _set_aside_torn(paths, paths.trajectory.read_bytes())
+        done, note = _set_aside_torn(paths, paths.trajectory.read_bytes())
         notes = [note] if note else []
         head = state.chain
-        if head is not None and 0 < head.count < len(lines) and line_hash(lines[head.count - 1]) == head.sha:
-            new = ChainHead(count=len(lines), sha=line_hash(lines[-1]))
-            _set_head(paths, new)
-            state.chain = new
-            notes.append(f"adopted {len(lines) - head.count} trajectory line(s) written after the last "
-                         "recorded one (a command was killed between its two writes)")
+        if head is not None and 0 < head.count < done.count:  # rare: only then is the file split
+            lines, _ = split_lines(done.data[:done.end])
+            if line_hash(lines[head.count - 1]) == head.sha:
+                new = ChainHead(count=len(lines), sha=line_hash(lines[-1]))
+                _set_head(paths, new)
+                state.chain = new
+                notes.append(f"adopted {len(lines) - head.count} trajectory line(s) written after the last "
+                             "recorded one (a command was killed between its two writes)")
         return notes
 
 
-def read_trajectory(paths: RunPaths) -> list[dict[str, Any]]:
-    """Every trajectory record, except a torn last line and lines ``avo recover`` set aside."""
+_RECOVERED_MARK = b'"recovered"'  # in every line that can set lines aside (chain.RECOVERED)
+
+
+def read_trajectory(paths: RunPaths, *, mentioning: bytes | None = None) -> list[dict[str, Any]]:
+    """Every trajectory record, except a torn last line and lines ``avo recover`` set aside.
+
+    ``mentioning``: only records whose line contains these bytes (a tree id, say), found
+    without parsing the other lines.
+    """
     if not paths.trajectory.exists():
         return []
-    lines, _ = split_lines(paths.trajectory.read_bytes())
+    data = paths.trajectory.read_bytes()
+    if mentioning is not None and _RECOVERED_MARK not in data:
+        end = data.rfind(b"\n") + 1  # complete lines only
+        out, pos = [], data.find(mentioning, 0, end)
+        while pos != -1:
+            start, stop = data.rfind(b"\n", 0, pos) + 1, data.find(b"\n", pos, end)
+            r = parse(data[start:stop])
+            if r is not None:
+                out.append(r)
+            pos = data.find(mentioning, stop + 1, end)
+        return out
+    lines, _ = split_lines(data)
     records = [parse(line) for line in lines]
     aside = acknowledged(records)
-    return [r for n, r in enumerate(records, 1) if r is not None and n not in aside]
+    return [r for n, r in enumerate(records, 1) if r is not None and n not in aside
+            and (mentioning is None or mentioning in lines[n - 1])]
+
+
+def recent_records(paths: RunPaths, needles: tuple[bytes, ...], keep: Callable[[dict[str, Any]], bool],
+                   limit: int) -> list[dict[str, Any]]:
+    """The last ``limit`` records ``keep`` accepts (oldest first), as :func:`read_trajectory`
+    gives them, read back from the end of the file.
+
+    ``needles``: every record ``keep`` accepts has one of these in its line; other lines are
+    never parsed, so the cost depends on how far back the records are, not on the file.
+    """
+    data = paths.trajectory.read_bytes() if paths.trajectory.exists() else b""
+    if _RECOVERED_MARK in data:  # lines may be set aside: the whole file decides which
+        return [r for r in read_trajectory(paths) if keep(r)][-limit:] if limit else []
+    end = data.rfind(b"\n") + 1
+    hits = {n: data.rfind(n, 0, end) for n in needles}
+    out: list[dict[str, Any]] = []
+    while len(out) < limit:
+        hit = max(hits.values(), default=-1)
+        if hit < 0:
+            break
+        start, stop = data.rfind(b"\n", 0, hit) + 1, data.find(b"\n", hit, end)
+        r = parse(data[start:stop])
+        if r is not None and keep(r):
+            out.append(r)
+        for n, at in hits.items():
+            if at >= start:
+                hits[n] = data.rfind(n, 0, start)
+    return out[::-1]
 
 
 @contextmanager

@@ -6,18 +6,21 @@ machine is shared and noisy. The floor for a submit's bookkeeping is a bare
 ``git add -A && git commit && git tag`` in a temporary repository; git processes per submit
 are counted with a ``git`` wrapper first on ``PATH`` that logs each call.
 
+Cost as the run grows: runs of ``AVO_BENCH_SIZES`` versions (default ``10,1000,10000``) are
+grown from a real start by :mod:`synthetic_run` (what accepted submits write, through one
+``git fast-import``; the full record check must accept each), with trajectories of ten
+records per version (100,000 at 10,000 versions). Each command is then timed on each run,
+interleaved, and reported as a ratio to the smallest run.
+
 ``AVO_BENCH_ISLANDS`` (default: the cores, 2 to 4; 0 skips) and ``AVO_BENCH_ISLAND_STEPS``
 (default 6) size the islands figure: a colony's steps against one run's, wall time.
-
-``AVO_BENCH_BIG`` sets the size of the large run (default 1000 versions, built with real
-submits; 0 skips it). Its trajectory is padded to ``AVO_BENCH_RECORDS`` records (default
-100,000) with chained ``eval`` records, as ``avo eval`` writes them.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -26,6 +29,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 ROOT = Path(__file__).resolve().parent.parent
 TOY = ROOT / "tests" / "fixtures" / "toy"
@@ -122,57 +127,27 @@ def submits(run_ref: Path, runs_root: Path, steps: int, floor: Floor | None, log
     return out
 
 
-def pad_trajectory(run_dir: Path, total: int) -> int:
-    """Append chained ``eval`` records (as ``avo eval`` writes them) until the trajectory has ``total``."""
-    from avo.chain import line_hash
-    from avo.state import ChainHead, RunPaths, _set_head, load_state
-
-    paths = RunPaths(run_dir)
-    state = load_state(paths)
-    data = paths.trajectory.read_bytes()
-    lines = data.splitlines()
-    last = json.loads(lines[-1])
-    seq, prev = last["seq"], line_hash(lines[-1])
-    tree = state.best_version.tree
-    added = []
-    for _ in range(len(lines), total):
-        seq += 1
-        rec = {"time": round(time.time(), 3), "kind": "eval", "id": f"eval{state.evaluations + 1}",
-               "step": state.steps + 1, "tree": tree, "correct": True, "scalar": state.best_version.scalar,
-               "metrics": state.best_version.metrics, "error": None, "gain_vs_best": 0.0, "wall_s": 0.1,
-               "log": "x.log", "warning": None, "screening": False, "sandbox": state.sandbox,
-               "seq": seq, "prev": prev}
-        state.evaluations += 1
-        line = json.dumps(rec).encode()
-        prev = line_hash(line)
-        added.append(line)
-    with open(paths.trajectory, "ab") as fh:
-        fh.write(b"".join(line + b"\n" for line in added))
-    raw = json.loads(paths.run_json.read_text())
-    raw["evaluations"] = state.evaluations
-    paths.run_json.write_text(json.dumps(raw, indent=1))
-    _set_head(paths, ChainHead(count=len(lines) + len(added), sha=prev))
-    return len(lines) + len(added)
+READERS = ("avo status", "avo prompt", "avo log", "avo plot")
 
 
-def command_costs(run_dir: Path, env: dict[str, str], rounds: int) -> dict[str, float]:
+def command_costs(run_dir: Path, env: dict[str, str], rounds: int, plot_to: Path) -> dict[str, float]:
     """Median wall time of the read-only commands on a run, and of one `avo submit` beyond its evaluation."""
     ref = ["--run", str(run_dir)]
     cmds = {"avo --help": [*AVO, "--help"], "avo status": [*AVO, "status", *ref],
-            "avo prompt": [*AVO, "prompt", *ref], "avo log": [*AVO, "log", *ref]}
+            "avo prompt": [*AVO, "prompt", *ref], "avo log": [*AVO, "log", *ref],
+            "avo plot": [*AVO, "plot", *ref, "-o", str(plot_to)]}
     for k, cmd in cmds.items():  # a refusal would be timed as fast as an answer: each must succeed
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise SystemExit(f"{k} failed on {run_dir}: {done.stderr.strip()[-500:]}")
     out = {k: w for k, (w, _) in interleave(cmds, env, rounds).items()}
     beyond = []
-    for i in range(max(3, rounds // 2)):
+    for i in range(3):
         edit(run_dir / "work", 10**6 + i, accept=True)
         t, _ = wall([*AVO, "submit", "-m", f"cli step {i}", *ref], env)
         last = json.loads((run_dir / "trajectory.jsonl").read_bytes().splitlines()[-1])
         if last.get("kind") != "submit" or last.get("outcome") != "accepted":
             raise SystemExit(f"avo submit did not record an accepted step on {run_dir}: {last}")
-        last = json.loads((run_dir / "trajectory.jsonl").read_bytes().splitlines()[-1])
         beyond.append(t - float(last.get("wall_s") or 0.0))
     out["avo submit beyond its evaluation"] = statistics.median(beyond)
     return out
@@ -220,10 +195,75 @@ def islands_bench(tmp: Path, env: dict[str, str], n: int, steps: int) -> list[st
             f"{many_t / one_t:.2f}× | → 1 for N ≤ cores |", ""]
 
 
+def mcp_status(run_dir: Path, runs_root: Path, rounds: int) -> float:
+    """Median wall time of the MCP server's ``avo_status`` tool (in a warm server process)."""
+    from avo.mcp_server import AvoTools
+
+    tools = AvoTools(runs_root)
+    tools.status(run=str(run_dir))
+    times = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        tools.status(run=str(run_dir))
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def prompt_size(run_dir: Path, env: dict[str, str]) -> tuple[int, int]:
+    """(bytes, lineage table rows) of `avo prompt` on a run."""
+    text = subprocess.run([*AVO, "prompt", "--run", str(run_dir)], env=env, capture_output=True, text=True,
+                          check=True).stdout
+    return len(text.encode()), sum(1 for line in text.splitlines() if re.match(r"\| v\d", line))
+
+
+def grown(sizes: list[int], runs_root: Path, env: dict[str, str], tmp: Path) -> tuple[list[str], dict[int, dict]]:
+    """Each size: build, check, time every command; the report's lines and the raw figures."""
+    from synthetic_run import grow
+
+    from avo.engine import start_run
+
+    figures: dict[int, dict] = {}
+    for n in sizes:
+        t = time.perf_counter()
+        run = start_run(str(TOY), runs_root, stall_limit=10**6)
+        check_s = grow(run.paths.root, n, 10 * n)
+        build_s = time.perf_counter() - t
+        root = run.paths.root
+        sizes_before = {"run.json": (root / "run.json").stat().st_size,
+                        "trajectory": (root / "trajectory.jsonl").stat().st_size,
+                        "lines": len((root / "trajectory.jsonl").read_bytes().splitlines())}
+        rounds = 5
+        costs = command_costs(root, env, rounds, tmp / f"plot-{n}.png")
+        costs["avo_status (MCP, warm server)"] = mcp_status(root, runs_root, 9)
+        costs["submit, in-process overhead"] = statistics.median(submits(root, runs_root, 6, None, None)["overhead"])
+        figures[n] = {"build_s": build_s, "check_s": check_s, "prompt": prompt_size(root, env), **sizes_before,
+                      **costs}
+        print(f"size {n}: {figures[n]}", flush=True)
+    small = sizes[0]
+    keys = ["submit, in-process overhead", *READERS, "avo_status (MCP, warm server)",
+            "avo submit beyond its evaluation"]
+    head = " | ".join(f"{n:,} versions" for n in sizes)
+    ratio_head = " | ".join(f"{n:,} / {small:,}" for n in sizes[1:])
+    lines = [f"| command | {head} | {ratio_head} | goal |",
+             "| --- | " + "--- | " * (len(sizes) * 2 - 1) + "--- |"]
+    for k in keys:
+        vals = " | ".join(f"{figures[n][k] * 1000:.0f} ms" for n in sizes)
+        ratios = " | ".join(f"{figures[n][k] / figures[small][k]:.2f}×" for n in sizes[1:])
+        lines.append(f"| `{k}` | {vals} | {ratios} | ≤ 1.2× |")
+    lines += ["", "| run | versions | trajectory lines | run.json | trajectory.jsonl | built in | full record check "
+              "(first, writes the checkpoint) | `avo prompt` |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for n in sizes:
+        f = figures[n]
+        lines.append(f"| {n:,} versions | {n:,} | {f['lines']:,} | {f['run.json'] / 1e6:.2f} MB | "
+                     f"{f['trajectory'] / 1e6:.2f} MB | {f['build_s']:.1f} s | {f['check_s']:.2f} s | "
+                     f"{f['prompt'][0]:,} bytes, {f['prompt'][1]} lineage rows |")
+    return lines, figures
+
+
 def main(report: Path) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="avo-bench-"))
-    big_n = int(os.environ.get("AVO_BENCH_BIG", "1000"))
-    records = int(os.environ.get("AVO_BENCH_RECORDS", "100000"))
+    sizes = [int(x) for x in os.environ.get("AVO_BENCH_SIZES", "10,1000,10000").split(",")]
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     try:
         runs_root = tmp / "runs"
         shim_dir, log = git_shim(tmp / "shim")
@@ -244,22 +284,10 @@ def main(report: Path) -> None:
         # `avo targets` with every installed plugin loaded (routing, validation, conflicts).
         plugins_env = {k: v for k, v in env.items() if k != "AVO_DISABLE_PLUGIN_AUTOLOAD"}
         listing = interleave({"avo --help": [*AVO, "--help"], "avo targets": [*AVO, "targets"]}, plugins_env, 7)
-        # 3. Commands at 10 versions vs a big run.
-        ten = start_run(str(TOY), runs_root, stall_limit=10**6)
-        submits(ten.paths.root, runs_root, 9, None, None, accept_only=True)
-        at10 = command_costs(ten.paths.root, env, 9)
-        big: dict[str, float] = {}
-        sub_big = sub_10 = float("nan")
-        build_s = 0.0
-        if big_n:
-            t = time.perf_counter()
-            grown = start_run(str(TOY), runs_root, stall_limit=10**6)
-            submits(grown.paths.root, runs_root, big_n - 1, None, None, accept_only=True)
-            build_s = time.perf_counter() - t
-            n_records = pad_trajectory(grown.paths.root, records)
-            big = command_costs(grown.paths.root, env, 9)
-            sub_10 = statistics.median(submits(ten.paths.root, runs_root, 9, None, None)["overhead"])
-            sub_big = statistics.median(submits(grown.paths.root, runs_root, 9, None, None)["overhead"])
+        # 3. Every command on runs of each size (the smallest also gives the start-up rows).
+        load_before = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else ["?"]
+        growth, figures = grown(sizes, runs_root, env, tmp)
+        at10 = figures[sizes[0]]
         help_w, help_cpu = start["avo --help"]
         cli_submit = at10["avo submit beyond its evaluation"]
         git_a, git_r = statistics.median(steps["git_accept"]), statistics.median(steps["git_reject"])
@@ -291,24 +319,20 @@ def main(report: Path) -> None:
             "per call (subtracted above).",
             "",
         ]
-        if big:
-            lines += [
-                f"Cost as the run grows: a run of 10 versions against one of {big_n:,} versions (built with real "
-                f"submits in {build_s:.0f} s) whose trajectory holds {n_records:,} records.",
-                "",
-                f"| command | 10 versions | {big_n:,} versions | ratio | goal |",
-                "| --- | --- | --- | --- | --- |",
-                f"| `submit`, in-process overhead | {sub_10 * 1000:.1f} ms | {sub_big * 1000:.1f} ms | "
-                f"{sub_big / sub_10:.2f}× | ≤ 1.2× |",
-                *(f"| `{k}` | {at10[k] * 1000:.0f} ms | {big[k] * 1000:.0f} ms | {big[k] / at10[k]:.2f}× | ≤ 1.2× |"
-                  for k in ("avo status", "avo prompt", "avo log", "avo submit beyond its evaluation")),
-                "",
-            ]
+        lines += [
+            "Cost as the run grows (runs grown by bench/synthetic_run.py, each accepted by the full record "
+            "check; ten trajectory records per version; medians of 5 interleaved calls, in-process submits "
+            "median of 6, MCP median of 9):",
+            "",
+            *growth,
+            "",
+        ]
         islands = int(os.environ.get("AVO_BENCH_ISLANDS", str(max(2, min(4, os.cpu_count() or 1)))))
         if islands:
             lines += islands_bench(tmp, env, islands, int(os.environ.get("AVO_BENCH_ISLAND_STEPS", "6")))
         load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else ["?"]
-        lines += [f"Load average after the run: {' '.join(load)}.", ""]
+        lines += [f"Started {started}; load average (1/5/15 min) {' '.join(load_before)} before the growth runs, "
+                  f"{' '.join(load)} after; {os.cpu_count()} CPUs.", ""]
         with open(report, "a", encoding="utf-8") as fh:
             fh.write("\n".join(lines) + "\n")
         print("\n".join(lines))

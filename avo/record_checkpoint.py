@@ -1,0 +1,339 @@
+"""The record check made incremental: a signed checkpoint of what was already verified.
+
+The full check (:mod:`avo.record_check`) parses every trajectory line and reads every
+version's commit, so its cost grows with the run. After a full check finds nothing wrong,
+a command holding the run's lock writes ``.avo/checked.json``: how many trajectory lines
+and bytes were verified, the SHA-256 of exactly those bytes, the hash of the last of them,
+how many versions were verified and a digest of their fields, and what the verified lines
+add up to (the accepted versions, the re-measurements, the supervisor's state, the run's
+terms, the largest step). The next command hashes the same byte range again (C speed, no
+parsing) and checks only what came after: the new trajectory lines link by link, the new
+versions against avo's private backup. Anything it cannot vouch for (a digest that differs,
+a checkpoint that is missing, unsigned or from another run, a line that does not link, a
+``recovered`` record, a submit in flight) sends the command to the full check, which names
+the difference. So the incremental check only ever says "nothing changed"; every message
+comes from the full check.
+
+The checkpoint is signed (HMAC-SHA256) with a random key in ``.avo/check.key``, written by
+avo at the first checkpoint (mode 0600), so a checkpoint forged or edited by hand, or one
+copied from another run, is ignored. Why that holds against an agent, and where it stops,
+is in docs/SECURITY.md ("The incremental check"). Read-only commands never write it.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+import json
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from avo.chain import RECOVERED, acknowledged, line_hash, parse, split_lines
+from avo.state import RunPaths, RunState, Version, write_json_atomic
+
+FORMAT = 1
+_FIELDS = {"__all__": {"n", "sha", "tree", "scalar", "metrics", "message", "step", "time"}}
+
+
+def checkpoint_path(paths: RunPaths) -> Path:
+    return paths.private / "checked.json"
+
+
+def key_path(paths: RunPaths) -> Path:
+    return paths.private / "check.key"
+
+
+def _key(paths: RunPaths, *, create: bool) -> bytes | None:
+    try:
+        return key_path(paths).read_bytes() or None
+    except FileNotFoundError:
+        if not create:
+            return None
+    try:
+        fd = os.open(key_path(paths), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another command made it meanwhile
+        return key_path(paths).read_bytes() or None
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(secrets.token_bytes(32))
+        fh.flush()
+        os.fsync(fh.fileno())
+    return key_path(paths).read_bytes()
+
+
+def _mac(key: bytes, body: dict[str, Any]) -> str:
+    return hmac.new(key, json.dumps(body, sort_keys=True).encode(), hashlib.sha256).hexdigest()
+
+
+@functools.cache
+def _versions_adapter() -> Any:
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(list[Version])
+
+
+def versions_digest(versions: list[Version]) -> str:
+    """SHA-256 over the fields of ``versions`` that the check compares (identity, score, scores line)."""
+    return hashlib.sha256(_versions_adapter().dump_json(versions, include=_FIELDS)).hexdigest()
+
+
+@dataclass
+class Fold:
+    """What the verified trajectory lines add up to, for the checks that look at all of them."""
+
+    accepted: set[int] = field(default_factory=set)
+    excused: set[int] = field(default_factory=set)
+    max_step: int = 0
+    remeasured: dict[int, list[float]] = field(default_factory=dict)
+    due: tuple[int, str] | None = None
+    start_seen: bool = False
+    start_terms: Any = None
+
+    def counters(self, n: int, r: dict[str, Any]) -> None:
+        """Re-measurements and the supervisor's due state (as the full check folds them)."""
+        if r.get("kind") == "submit" and isinstance(r.get("confirm"), dict) and isinstance(r.get("best_before"), int):
+            self.remeasured.setdefault(r["best_before"], []).extend(r["confirm"].get("best") or [])
+        elif r.get("kind") == "supervisor_due":
+            self.due = (n, str(r.get("reason")))
+        elif r.get("kind") == "supervisor_record":
+            self.due = None
+
+    def start(self, r: dict[str, Any]) -> None:
+        if r.get("kind") == "start" and not self.start_seen:
+            self.start_seen, self.start_terms = True, r.get("terms")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"accepted": sorted(self.accepted), "excused": sorted(self.excused), "max_step": self.max_step,
+                "remeasured": {str(k): v for k, v in sorted(self.remeasured.items())},
+                "due": list(self.due) if self.due else None, "start_seen": self.start_seen,
+                "start_terms": self.start_terms}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Fold:
+        due = d.get("due")
+        return cls(set(d["accepted"]), set(d["excused"]), int(d["max_step"]),
+                   {int(k): list(v) for k, v in d["remeasured"].items()},
+                   (int(due[0]), str(due[1])) if due else None, bool(d["start_seen"]), d.get("start_terms"))
+
+
+@dataclass
+class Checkpoint:
+    """A verified prefix: ``lines`` trajectory lines (``offset`` bytes) and ``versions`` versions."""
+
+    run: str
+    lines: int
+    offset: int
+    digest: str  # SHA-256 of the trajectory's first ``offset`` bytes
+    last: str  # line_hash of line ``lines``: the next line must chain to it
+    versions: int
+    versions_digest: str
+    fold: Fold
+    previous: dict[str, Any] | None = None  # the body it extends (unchanged: nothing to write)
+
+    def body(self) -> dict[str, Any]:
+        return {"format": FORMAT, "run": self.run, "lines": self.lines, "offset": self.offset, "digest": self.digest,
+                "last": self.last, "versions": self.versions, "versions_digest": self.versions_digest,
+                "fold": self.fold.to_json()}
+
+
+def load_checkpoint(paths: RunPaths, state: RunState) -> Checkpoint | None:
+    """The run's checkpoint if avo signed it for this run; ``None`` otherwise (never an error)."""
+    key = _key(paths, create=False)
+    if key is None:
+        return None
+    try:
+        raw = json.loads(checkpoint_path(paths).read_bytes())
+        body, mac = raw["body"], raw["mac"]
+        if not (isinstance(mac, str) and hmac.compare_digest(mac, _mac(key, body))):
+            return None
+        if body.get("format") != FORMAT or body.get("run") != state.id:
+            return None
+        return Checkpoint(body["run"], int(body["lines"]), int(body["offset"]), str(body["digest"]),
+                          str(body["last"]), int(body["versions"]), str(body["versions_digest"]),
+                          Fold.from_json(body["fold"]))
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return None
+
+
+def save_checkpoint(paths: RunPaths, cp: Checkpoint) -> None:
+    """Sign and write ``cp`` (callers hold the run's lock; read-only commands never call this)."""
+    key = _key(paths, create=True)
+    assert key is not None
+    body = cp.body()
+    write_json_atomic(checkpoint_path(paths), json.dumps({"body": body, "mac": _mac(key, body)}))
+
+
+def _trajectory_bytes(paths: RunPaths) -> bytes:
+    # Read, not mapped: a file truncated under a mapping would kill the reader with SIGBUS.
+    try:
+        return paths.trajectory.read_bytes()
+    except FileNotFoundError:
+        return b""
+
+
+def fresh_checkpoint(state: RunState, data: bytes, records: list[dict[str, Any] | None],
+                     lines: list[bytes], flagged: set[int]) -> Checkpoint | None:
+    """A checkpoint of what a full check just found in agreement (``None`` where it cannot say).
+
+    ``data``, ``records``, ``lines``: the trajectory's bytes as that check read and parsed them;
+    ``flagged``: lines set aside by ``avo recover``. Covers lines up to run.json's chain head.
+    """
+    head = state.chain
+    if head is None or head.count != len(lines) or head.count == 0:
+        return None
+    fold = Fold()
+    aside = acknowledged(records)
+    versions = state.versions
+    for n, r in enumerate(records, 1):
+        if r is None or n in flagged:
+            continue
+        if r.get("kind") == RECOVERED:
+            fold.excused.update(x for x in r.get("unrecorded_versions") or [] if isinstance(x, int))
+        if n not in aside:
+            fold.start(r)
+        fold.counters(n, r)
+        if r.get("kind") != "submit":
+            continue
+        if isinstance(r.get("step"), int):
+            fold.max_step = max(fold.max_step, r["step"])
+        k = r.get("version")
+        if r.get("outcome") == "accepted" and isinstance(k, int) and 1 <= k < len(versions):
+            fold.accepted.add(k)
+    offset = sum(len(line) + 1 for line in lines)
+    return Checkpoint(state.id, len(lines), offset, hashlib.sha256(memoryview(data)[:offset]).hexdigest(),
+                      line_hash(lines[-1]), len(versions), versions_digest(versions), fold)
+
+
+def _new_versions_agree(paths: RunPaths, state: RunState, cp: Checkpoint, locked: bool) -> bool:
+    """The versions added since ``cp`` against avo's private backup, as the full check does it."""
+    from avo.lineage import BRANCH, META_DIR, _objects, _parse_commit, blob_id, ref_of
+    from avo.record_format import parse_trailers, scores_line
+
+    backup, versions = paths.backup, state.versions
+    if not (backup / "HEAD").exists():
+        return False
+    store = _objects(backup)
+    new = versions[cp.versions:]
+    anchor = versions[cp.versions - 1]
+    if not new:
+        got = store.read(anchor.sha)
+        if got is None or got[1] != "commit":
+            return False
+    else:
+        # Walk back from the newest version to the last one checked: each commit is the one
+        # run.json names, with its tree and trailers, and the walk lands exactly on the anchor.
+        spec = new[-1].sha
+        for v in reversed(new):
+            got = store.read(spec)
+            if got is None or got[1] != "commit" or got[0] != v.sha:
+                return False
+            c = _parse_commit(got[0], got[2])
+            t = parse_trailers(c.message)
+            if c.tree != v.tree or not t.scalar_matches(v.scalar) or not t.metrics_match(v.metrics):
+                return False
+            if not c.parents:
+                return False
+            spec = c.parents[0]
+        if spec != anchor.sha:
+            return False
+        # Each new version's scores file is the anchor's (verified with the prefix) plus one
+        # line per version since, exactly.
+        base = store.read(f"{anchor.sha}:{META_DIR}/scores.jsonl")
+        if base is None or base[1] != "blob":
+            return False
+        content = base[2]
+        for v in new:
+            content += scores_line(v).encode()
+            got = store.read(f"{v.sha}:{META_DIR}/scores.jsonl")
+            if got is None or got[0] != blob_id(content):
+                return False
+    return not locked or ref_of(backup, f"refs/heads/{BRANCH}") == versions[-1].sha
+
+
+def quick_check(paths: RunPaths, state: RunState, *, locked: bool) -> Checkpoint | None:
+    """The checkpoint extended to the whole record, if everything after it agrees; else ``None``.
+
+    ``None`` means only "not vouched for here": the caller runs the full check.
+    """
+    from avo.record_format import terms, terms_digest
+
+    if paths.journal.exists() or state.chain is None:
+        return None  # a submit in flight (or a run from before the chain): the full check's allowances
+    cp = load_checkpoint(paths, state)
+    versions = state.versions
+    if cp is None or not 1 <= cp.versions <= len(versions) or state.best != len(versions) - 1:
+        return None
+    if versions_digest(versions[:cp.versions]) != cp.versions_digest:
+        return None
+    data = _trajectory_bytes(paths)
+    if len(data) < cp.offset:
+        return None
+    running = hashlib.sha256(memoryview(data)[:cp.offset])
+    if running.hexdigest() != cp.digest:
+        return None
+    tail, torn = split_lines(data[cp.offset:])
+    head = state.chain
+    if head.count != cp.lines + len(tail) or (tail and line_hash(tail[-1]) != head.sha) or (
+            not tail and head.sha != cp.last):
+        return None
+    fold = Fold(set(cp.fold.accepted), set(cp.fold.excused), cp.fold.max_step,
+                {k: list(v) for k, v in cp.fold.remeasured.items()}, cp.fold.due, cp.fold.start_seen,
+                cp.fold.start_terms)
+    prev = cp.last
+    for i, line in enumerate(tail):
+        n = cp.lines + i + 1
+        r = parse(line)
+        if r is None or r.get("prev") != prev or r.get("kind") == RECOVERED:
+            return None
+        prev = line_hash(line)
+        if r.get("kind") == "eval" and r.get("id") == "seed" and r.get("scalar") != versions[0].scalar:
+            return None
+        fold.start(r)
+        fold.counters(n, r)
+        if r.get("kind") != "submit":
+            continue
+        if isinstance(r.get("step"), int):
+            fold.max_step = max(fold.max_step, r["step"])
+        k = r.get("version")
+        if r.get("outcome") != "accepted" or not isinstance(k, int):
+            continue
+        if not 1 <= k < len(versions):
+            return None
+        v = versions[k]
+        if any(r.get(key) != getattr(v, key) for key in ("scalar", "step", "message")):
+            return None
+        fold.accepted.add(k)
+    if any(v.n not in fold.accepted and v.n not in fold.excused for v in versions[1:]):
+        return None
+    if state.steps < fold.max_step:
+        return None
+    if {k: v for k, v in state.remeasured.items() if v} != {k: v for k, v in fold.remeasured.items() if v}:
+        return None
+    if fold.due is not None and not state.supervisor.due:
+        return None
+    if not _terms_agree(paths, state, fold, terms, terms_digest):
+        return None
+    if not _new_versions_agree(paths, state, cp, locked):
+        return None
+    end = len(data) - len(torn)
+    running.update(memoryview(data)[cp.offset:end])
+    digest = cp.versions_digest if len(versions) == cp.versions else versions_digest(versions)
+    return Checkpoint(state.id, head.count, end, running.hexdigest(), head.sha, len(versions), digest, fold,
+                      previous=cp.body())
+
+
+def _terms_agree(paths: RunPaths, state: RunState, fold: Fold, terms: Any, terms_digest: Any) -> bool:
+    from avo.lineage import commit_message
+    from avo.record_check import _differences
+    from avo.record_format import parse_trailers
+
+    pinned = parse_trailers(commit_message(paths.backup, state.versions[0].sha) or "").terms
+    if pinned is None:
+        return True
+    recorded = fold.start_terms
+    if not isinstance(recorded, dict) or terms_digest(recorded) != pinned:
+        return False
+    return not _differences(recorded, terms(state), "")
