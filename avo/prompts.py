@@ -142,14 +142,19 @@ def _notes(run: Run) -> str:
     return "\n".join(lines)
 
 
-def _migrants(run: Run, records: list[dict[str, Any]], digits: int | None) -> str:
+def _migrants(run: Run, digits: int | None) -> str:
     """What arrived from other islands since this island's agent last stepped, and where to look."""
     from avo.colony import colony_of
-    from avo.migration import arrivals
+    from avo.migration import STEP_KINDS, arrivals
 
     colony = colony_of(run.paths)
+    if colony is None:
+        return ""
+    # Read back from the end: the last few migrants and the step before them are all it needs.
+    records = recent_records(run.paths, tuple(f'"{k}"'.encode() for k in STEP_KINDS),
+                             lambda r: r.get("kind") in STEP_KINDS, 4)
     came = arrivals(records)
-    if colony is None or not came:
+    if not came:
         return ""
     rows = []
     for r in came:
@@ -200,7 +205,7 @@ def variation_prompt(run: Run) -> str:
 Best so far: **v{best.n} = {fmt_number(best.scalar, digits)}** ({fmt_pct(over_seed)} over x_0 = {seed_text}; {sense}).
 The scalar is the geometric mean of the per-config metrics unless the target gives one.
 
-{redirect}{_migrants(run, records, digits)}## Where things are
+{redirect}{_migrants(run, digits)}## Where things are
 - candidate x_t: `{paths.work}/` — the evolved file is `{spec.entrypoint}`; edit only inside work/
 - knowledge base K (read-only): `{paths.kb}/`
 - evaluate f at will: `{paths.avo_eval}` (short summary; full logs in `{paths.logs}/`){quick}
