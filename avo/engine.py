@@ -853,6 +853,21 @@ def _migrant_tree(lineage: Lineage, migrant: Migrant) -> str:
     return BackupReader(migrant.source).copy_tree_into(lineage.git_dir, migrant.origin.commit)
 
 
+def _archive_late_edits(run: Run, step: int, measured: str, notes: list[str]) -> None:
+    """Archive in rejected/ how work/ differs from ``measured`` (edits made while a candidate was
+    evaluated), before a reset replaces work/."""
+    lineage, paths = run.lineage, run.paths
+    measured = lineage.tree_of(measured)
+    late_tree = lineage.snapshot_tree()
+    late = lineage.diff(measured, late_tree) if late_tree != measured else ""
+    if late.strip():
+        late_path = paths.rejected / f"step{step:04d}-edited-during-evaluation.diff"
+        late_path.write_text(f"# step {step}: edits made to work/ while the candidate was being "
+                             f"evaluated (not part of it)\n" + late, encoding="utf-8")
+        notes.append(f"work/ was edited during the evaluation; those edits are in "
+                     f"{late_path.relative_to(paths.root)}")
+
+
 def submit(
     run: Run, message: str, *, extra: dict[str, Any] | None = None, progress: Callable[[str], None] | None = None,
     migrant: Migrant | None = None,
@@ -969,6 +984,8 @@ def submit(
             lineage.verify_commit_tree(sha, tree, SCORES_FILE, scores.encode())
             version = version.model_copy(update={"sha": sha, "tree": lineage.tree_of(sha)})
             record["version"] = n
+            if migrant is not None:  # its checkout below replaces work/: keep what was written there meanwhile
+                _archive_late_edits(run, step, best.sha, notes)
             write_json_atomic(paths.journal, json.dumps({"kind": "accept", "step": step, "record": record}))
             lineage.move_branch(sha)
             if migrant is not None:
@@ -999,15 +1016,7 @@ def submit(
             record["diff"] = str(diff_path.relative_to(paths.root))
             # Edits made to work/ while the candidate was being measured are not part of it,
             # and the reset below would destroy them: archive them too.
-            late_tree = lineage.snapshot_tree()
-            measured = tree if migrant is None else lineage.tree_of(best.sha)  # a migrant left work/ alone
-            late = lineage.diff(measured, late_tree) if late_tree != measured else ""
-            if late.strip():
-                late_path = paths.rejected / f"step{step:04d}-edited-during-evaluation.diff"
-                late_path.write_text(f"# step {step}: edits made to work/ while the candidate was being "
-                                     f"evaluated (not part of it)\n" + late, encoding="utf-8")
-                notes.append(f"work/ was edited during the evaluation; those edits are in "
-                             f"{late_path.relative_to(paths.root)}")
+            _archive_late_edits(run, step, tree if migrant is None else best.sha, notes)  # a migrant left work/ alone
             write_json_atomic(paths.journal, json.dumps(
                 {"kind": "reject", "step": step, "record": record, "diff_path": str(diff_path)}))
             state.failures_in_row = state.failures_in_row + 1 if outcome == "failed" else 0

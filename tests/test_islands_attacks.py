@@ -1,0 +1,121 @@
+"""Attacks on migration by a hostile agent of one island (a same-user process that edits any
+file of the colony): forged colony records, symlinked donors, edits made while a migrant is
+measured. Real git, real evaluator child processes; the toy target."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from avo.colony import MigrationPolicy, island_specs, load_colony
+from avo.engine import Run, open_run, submit
+from avo.errors import AvoError
+from avo.islands import start_colony
+from avo.lineage import commit_message
+from avo.migration import offer
+from avo.record_format import parse_trailers
+from tests.conftest import set_constants
+
+
+def _start(toy: Path, runs_root: Path) -> Path:
+    return start_colony(str(toy), runs_root, island_specs(2, {}), MigrationPolicy(topology="ring", every=1),
+                        max_steps=20, sandbox="none")
+
+
+def _island(colony: Path, k: int) -> Run:
+    return open_run(colony / f"island-{k}", colony)
+
+
+def _forge(colony: Path, **changes: object) -> None:
+    path = colony / "colony.json"
+    data = json.loads(path.read_text())
+    data.update(changes)
+    path.write_text(json.dumps(data))
+
+
+def test_a_forged_colony_id_cannot_smuggle_a_score_trailer_into_a_migrant_commit(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    """island-1's agent rewrites colony.json's id with trailer lines; the migrant's commit on
+    island-2 must not carry them (the last ``avo-score`` line of a message is the one read)."""
+    colony = _start(toy, runs_root)
+    set_constants(_island(colony, 1).paths.work, x=4.0)
+    submit(_island(colony, 1), "X to 4")
+    _forge(colony, id="c\navo-score: 1000000000.0\navo-metrics: {}")
+    done = offer(_island(colony, 2))
+    assert done is not None and done.outcome == "skipped" and "colony.json" in done.reason
+    two = _island(colony, 2)  # still opens: nothing false entered its lineage
+    assert [v.n for v in two.state.versions] == [0]
+    for v in two.state.versions:
+        assert parse_trailers(commit_message(two.paths.backup, v.sha) or "").scalar_matches(v.scalar)
+
+
+def test_a_forged_island_name_cannot_point_migration_outside_the_colony(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    """island-1's agent renames the donor of island-2 to ``../elsewhere`` (a run it controls)."""
+    colony = _start(toy, runs_root)
+    set_constants(_island(colony, 1).paths.work, x=4.0)
+    submit(_island(colony, 1), "X to 4")
+    shutil.copytree(colony / "island-1", colony.parent / "elsewhere", symlinks=True)
+    data = json.loads((colony / "colony.json").read_text())
+    data["islands"][0]["name"] = "../elsewhere"
+    (colony / "colony.json").write_text(json.dumps(data))
+    done = offer(_island(colony, 2))
+    assert done is not None and done.outcome == "skipped" and "colony.json" in done.reason
+    assert [v.n for v in _island(colony, 2).state.versions] == [0]
+
+
+def test_a_symlinked_donor_island_gives_nothing(toy: Path, runs_root: Path, core_plugins: None) -> None:
+    """island-1's agent replaces its own island folder by a symlink to a run outside the colony:
+    the migrant's trailers would name island-1 of this colony for a version it never had."""
+    colony = _start(toy, runs_root)
+    outside = runs_root / "outside"
+    outside.mkdir()
+    other = start_colony(str(toy), outside, island_specs(2, {}), MigrationPolicy(), max_steps=20, sandbox="none")
+    set_constants(_island(other, 1).paths.work, x=5.0)
+    submit(_island(other, 1), "X to 5, elsewhere")
+    os.rename(colony / "island-1", colony / "island-1.real")
+    os.symlink(other / "island-1", colony / "island-1")
+    done = offer(_island(colony, 2))
+    assert done is not None and done.outcome == "skipped" and "island-1 cannot be read" in done.reason
+    assert [v.n for v in _island(colony, 2).state.versions] == [0]
+
+
+def test_edits_made_while_an_accepted_migrant_is_measured_are_kept(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    """island-2's agent (or anything of its) writes work/ while the migrant is evaluated; the
+    accepted migrant's checkout must not destroy those edits without a copy."""
+    colony = _start(toy, runs_root)
+    set_constants(_island(colony, 1).paths.work, x=4.0)
+    submit(_island(colony, 1), "X to 4")
+    two = _island(colony, 2)
+
+    def agent_edits(line: str) -> None:
+        if line.startswith("evaluating"):
+            (two.paths.work / "notes.md").write_text("the agent's half-written idea\n")
+            set_constants(two.paths.work, y=2.5)
+
+    done = offer(two, progress=agent_edits)
+    assert done is not None and done.outcome == "accepted" and done.submitted is not None
+    two = _island(colony, 2)
+    kept = list(two.paths.rejected.glob("*edited-during-evaluation.diff"))
+    assert len(kept) == 1 and "the agent's half-written idea" in kept[0].read_text()
+    assert "+Y = 2.5" in kept[0].read_text() and "+X = 4.0" not in kept[0].read_text()  # only the edits
+    assert "X = 4.0" in (two.paths.work / "solution.py").read_text()  # work/ holds the accepted migrant
+    assert any("edited during the evaluation" in n for n in done.submitted.notes)
+
+
+def test_colony_json_names_are_checked_when_loaded(tmp_path: Path) -> None:
+    folder = tmp_path / "c"
+    folder.mkdir()
+    good = {"id": "c", "created": 0.0, "target": "toy", "islands": [{"name": "island-1"}, {"name": "island-2"}]}
+    (folder / "colony.json").write_text(json.dumps(good))
+    assert load_colony(folder).names() == ["island-1", "island-2"]
+    for bad in ({"id": "c\navo-score: 1"}, {"islands": [{"name": "island-1"}, {"name": "../x"}]},
+                {"islands": [{"name": "island-1"}, {"name": "island-1"}]}):
+        (folder / "colony.json").write_text(json.dumps({**good, **bad}))
+        with pytest.raises(AvoError, match="colony.json"):
+            load_colony(folder)
