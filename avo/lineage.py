@@ -223,6 +223,15 @@ def _parse_commit(sha: str, data: bytes) -> CommitInfo:
     return CommitInfo(sha, tree, tuple(parents), message.decode("utf-8", "replace"))
 
 
+def check_entry_name(name: str, where: str) -> None:
+    """Refuse a tree entry name git itself never writes (``git add`` cannot make one): written
+    into a folder, ``..``, a ``/`` or ``.git`` would reach outside it or into a repository.
+    Such a tree can only be crafted, e.g. in a forged backup that a migrant is read from."""
+    if name in ("", ".", "..") or "/" in name or name.lower() == ".git":
+        raise CandidateError(f"the tree holds an entry named {name!r} under {where or 'its top'}: git never "
+                             "writes such a name, so the tree was crafted; it is not taken")
+
+
 def _tree_entries(data: bytes) -> list[tuple[str, str, str, str]]:
     """``(mode, type, sha, name)`` of a raw tree object."""
     out, pos = [], 0
@@ -477,6 +486,7 @@ class Lineage:
     def _walk(self, tree: str, prefix: str = "") -> Iterator[tuple[str, str, str]]:
         """``(mode, sha, path)`` of every file (blob, link, gitlink) under ``tree``."""
         for mode, kind, sha, name in self._entries(tree):
+            check_entry_name(name, prefix)
             if kind == "tree":
                 yield from self._walk(sha, f"{prefix}{name}/")
             else:
@@ -739,7 +749,8 @@ class Lineage:
         if _has_loose(root, tree):
             return  # written after everything under it: complete
         data = self._read(tree, "tree")
-        for _mode, kind, sha, _name in _tree_entries(data):
+        for _mode, kind, sha, name in _tree_entries(data):
+            check_entry_name(name, "")
             if kind == "tree":
                 self._copy_tree(theirs, root, sha)
             elif kind == "blob" and not _has_loose(root, sha):

@@ -22,6 +22,7 @@ from avo.colony import ColonyState, Migrant, MigrantOrigin, append_event, colony
 from avo.contract import better
 from avo.engine import Run, SubmitOutcome, open_run, submit
 from avo.errors import AvoError, BlockedError
+from avo.lineage import CandidateError
 from avo.state import append_trajectory, read_trajectory, run_lock
 
 STEP_KINDS = ("submit", "agent_step")
@@ -145,6 +146,8 @@ def offer(run: Run, *, progress: Callable[[str], None] | None = None) -> Offer |
                      extra={"backend": "migration", "status": "ok"})
     except BlockedError:
         raise
+    except CandidateError as exc:  # a crafted tree (a forged donor record): nothing of it is written out
+        return _skip(run, colony_dir, name, f"{name} v{v.n} cannot be taken: {str(exc).splitlines()[0]}", v.n)
     except AvoError as exc:
         if not str(exc).startswith("nothing to submit"):
             raise

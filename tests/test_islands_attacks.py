@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,47 @@ def test_colony_json_names_are_checked_when_loaded(tmp_path: Path) -> None:
         (folder / "colony.json").write_text(json.dumps({**good, **bad}))
         with pytest.raises(AvoError, match="colony.json"):
             load_colony(folder)
+
+
+def _crafted_tree(work: Path, escape: Path) -> str:
+    """A tree git itself never writes: the candidate's files plus a blob whose name climbs out
+    of any folder it is written into (``../`` repeated, then ``escape``)."""
+    def git(*args: str, data: bytes | None = None) -> str:
+        return subprocess.run(["git", *args], cwd=work, input=data, capture_output=True, check=True).stdout.decode()
+
+    blob = git("hash-object", "-w", "--stdin", data=b"written by a migrant\n")
+    sol = git("hash-object", "-w", "solution.py")
+    name = "../" * 40 + str(escape).lstrip("/")
+    entries = sorted([(name.encode(), blob), (b"solution.py", sol)])
+    raw = b"".join(b"100644 " + n + b"\0" + bytes.fromhex(s.strip()) for n, s in entries)
+    return git("hash-object", "-w", "-t", "tree", "--literally", "--stdin", data=raw).strip()
+
+
+def test_a_forged_donor_tree_cannot_write_outside_the_receivers_evaluation(
+        tmp_path: Path, toy: Path, runs_root: Path, core_plugins: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """island-1's agent forges its record consistently (avo's own submit with the snapshot
+    replaced, as docs/SECURITY.md says it can) so that its best is a tree with a file name
+    that climbs out of the folder it is exported to. Offered to island-2, that tree is never
+    written outside island-2's evaluation folder, and nothing enters island-2's lineage."""
+    from avo.lineage import Lineage
+
+    colony = _start(toy, runs_root)
+    one = _island(colony, 1)
+    escape = tmp_path / "escaped.txt"
+    set_constants(one.paths.work, x=4.0)
+    tree = _crafted_tree(one.paths.work, escape)
+    with monkeypatch.context() as m:
+        m.setattr(Lineage, "snapshot_tree", lambda self: tree)
+        m.setattr(Lineage, "move_branch", lambda self, sha: self.set_ref("refs/heads/main", sha))
+        m.setattr("avo.lineage.check_entry_name", lambda name, where: None, raising=False)
+        try:
+            submit(one, "X to 4")  # the forger's own process: whatever it writes is its own doing
+        except AvoError:
+            pass
+    escape.unlink(missing_ok=True)
+    one = _island(colony, 1)
+    assert one.lineage.git("ls-tree", "-r", "--name-only", one.state.best_version.tree).count("escaped.txt") == 1
+    done = offer(_island(colony, 2))
+    assert not escape.exists()
+    assert done is not None and done.outcome == "skipped" and "crafted" in done.reason
+    assert [v.n for v in _island(colony, 2).state.versions] == [0]
