@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from avo.errors import AvoError
 from avo.state import RunPaths, write_json_atomic
@@ -150,6 +150,9 @@ def load_colony(folder: Path) -> ColonyState:
         return ColonyState.model_validate_json((folder / COLONY_FILE).read_bytes())
     except FileNotFoundError:
         raise AvoError(f"{folder} is not a colony (no {COLONY_FILE})") from None
+    except ValidationError as exc:
+        why = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top)'}: {e['msg']}" for e in exc.errors())
+        raise AvoError(f"{folder / COLONY_FILE} is unreadable: {why}") from None
     except ValueError as exc:
         raise AvoError(f"{folder / COLONY_FILE} is unreadable: {exc}") from None
 

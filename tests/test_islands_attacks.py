@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from avo.islands import start_colony
 from avo.lineage import commit_message
 from avo.migration import offer
 from avo.record_format import parse_trailers
+from avo.state import read_trajectory
 from tests.conftest import set_constants
 
 
@@ -164,3 +166,75 @@ def test_a_forged_donor_tree_cannot_write_outside_the_receivers_evaluation(
     assert not escape.exists()
     assert done is not None and done.outcome == "skipped" and "crafted" in done.reason
     assert [v.n for v in _island(colony, 2).state.versions] == [0]
+
+
+AGENT = """
+import json, os, pathlib, re
+sol = pathlib.Path(os.environ["AVO_WORK_DIR"]) / "solution.py"
+text = sol.read_text()
+x = float(re.search(r"^X = (.*)$", text, re.M).group(1))
+sol.write_text(re.sub(r"^X = .*$", f"X = {x + 0.5}", text, flags=re.M))
+print(json.dumps({"message": f"X to {x + 0.5}"}))
+"""
+
+
+def _evolve_island(tmp_path: Path, island: Path, steps: int) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "agent.py").write_text(AGENT)
+    env = {**os.environ, "AVO_DISABLE_PLUGIN_AUTOLOAD": "1", "AVO_SANDBOX": "none",
+           "AVO_MOCK_COMMAND": f"{sys.executable} {tmp_path / 'agent.py'}"}
+    return subprocess.run([sys.executable, "-m", "avo", "evolve", "--resume", str(island), "--backend", "mock",
+                           "--max-steps", str(steps), "--plain"], env=env, text=True, capture_output=True,
+                          timeout=300)
+
+
+def test_a_garbled_colony_json_does_not_stop_another_islands_loop(
+        tmp_path: Path, toy: Path, runs_root: Path, core_plugins: None) -> None:
+    """island-1's agent writes colony.json with a name that is not one; island-2's unattended
+    loop goes on stepping (its migrations are skipped, saying why)."""
+    colony = _start(toy, runs_root)
+    _forge(colony, id="../../elsewhere")
+    done = _evolve_island(tmp_path, colony / "island-2", 2)
+    assert done.returncode == 0, done.stdout + done.stderr
+    two = _island(colony, 2)
+    assert two.state.steps == 2 and len(two.state.versions) == 3  # both agent steps were taken
+    skips = [r for r in read_trajectory(two.paths) if r.get("kind") == "migration_skipped"]
+    assert skips and "colony.json" in skips[0]["reason"]
+
+
+KILL_AT_COMMIT_POINT = """
+import os, signal, sys
+from pathlib import Path
+import avo.engine
+from avo.engine import open_run
+from avo.migration import offer
+
+def killed(*args, **kwargs):  # SIGKILL at the commit point: work/ holds the migrant, run.json does not yet
+    os.kill(os.getpid(), signal.SIGKILL)
+
+avo.engine.save_state = killed
+colony = Path(sys.argv[1])
+offer(open_run(colony / "island-2", colony))
+"""
+
+
+def test_a_kill_after_the_migrants_checkout_does_not_wedge_the_islands_loop(
+        tmp_path: Path, toy: Path, runs_root: Path, core_plugins: None) -> None:
+    """A SIGKILL after work/ took an accepted migrant and before run.json did leaves the
+    migrant's files in work/, uncommitted; the migration is due again at the next step, and
+    the island's unattended loop must go on (not stop on "work/ holds an unsubmitted candidate")."""
+    colony = _start(toy, runs_root)
+    set_constants(_island(colony, 1).paths.work, x=4.0)
+    submit(_island(colony, 1), "X to 4")
+    set_constants(_island(colony, 2).paths.work, x=2.0)
+    submit(_island(colony, 2), "X to 2")  # island-2's own step: a migrant is due after it
+    (tmp_path / "kill.py").write_text(KILL_AT_COMMIT_POINT)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    killed = subprocess.run([sys.executable, str(tmp_path / "kill.py"), str(colony)], env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert killed.returncode == -9, killed.stderr
+    assert "X = 4.0" in (colony / "island-2" / "work" / "solution.py").read_text()
+    done = _evolve_island(tmp_path, colony / "island-2", 2)
+    assert done.returncode == 0, done.stdout + done.stderr
+    two = _island(colony, 2)
+    assert two.state.steps == 2 and two.state.best_version.scalar > two.state.versions[1].scalar
+    assert list(two.paths.rejected.glob("reverted-*.diff"))  # the half-taken migrant was archived, not lost
