@@ -30,7 +30,7 @@ from avo.eval_inputs import strip_meta
 from avo.evaluation import MALFORMED_BASELINES, MALFORMED_PREFIX, Evaluation
 from avo.integrity import compare, hash_tree
 from avo.lineage import META_DIR, CandidateError, Lineage, diff_fingerprint, foreign_git_dir
-from avo.models import EvalJob, JobResult, TargetSpec
+from avo.models import EvalJob, JobResult, TargetSpec, WorkLimits
 from avo.partials import builds_partials
 from avo.policy import confirm, first_look, single_decision
 from avo.prompts import fmt_number
@@ -840,17 +840,23 @@ def _update_supervisor(state: RunState, fingerprint: str | None, outcome: str) -
         sup.due, sup.reason = True, f"stalled: {stalled} steps without a new best{since}"
 
 
-def _migrant_tree(lineage: Lineage, migrant: Migrant) -> str:
+def _migrant_tree(lineage: Lineage, migrant: Migrant, limits: WorkLimits) -> str:
     """Copy the migrant's tree from the donor's backup into this lineage's store; its id.
 
     Content-addressed objects, written only after the work/.git check every git call makes
     (recover() has moved a foreign one aside); the donor's .avo/scores.jsonl in it is
-    replaced by this run's own when it is committed.
+    replaced by this run's own when it is committed. A tree past this run's work limits (a
+    donor record forged around them) is refused before anything of it is copied.
     """
     from avo.lineage import BackupReader
 
     lineage.objects()
-    return BackupReader(migrant.source).copy_tree_into(lineage.git_dir, migrant.origin.commit)
+    reader = BackupReader(migrant.source)
+    files, size = reader.tree_size(migrant.origin.commit)
+    if files > limits.files or size > limits.bytes:
+        raise CandidateError(f"the migrant holds {files:,} files of {size:,} bytes, past this run's work limits "
+                             f"({limits.files:,} files, {limits.bytes:,} bytes)")
+    return reader.copy_tree_into(lineage.git_dir, migrant.origin.commit)
 
 
 def _archive_late_edits(run: Run, step: int, measured: str, notes: list[str]) -> None:
@@ -899,7 +905,7 @@ def submit(
             notes.append(f"work/ HEAD was moved off v{best.n} (agent commits or resets); "
                          "its content is taken as one candidate")
         check_work_limits(paths.work, state.target.work_limits)
-        tree = lineage.snapshot_tree() if migrant is None else _migrant_tree(lineage, migrant)
+        tree = lineage.snapshot_tree() if migrant is None else _migrant_tree(lineage, migrant, state.target.work_limits)
         diff = lineage.diff(best.sha, tree)
         if not diff.strip():
             raise AvoError(f"nothing to submit: work/ is identical to the best version v{best.n}. "

@@ -816,6 +816,17 @@ class BackupReader(Lineage):
     def objects(self) -> _Objects:
         return _objects(self._store)
 
+    def tree_size(self, treeish: str) -> tuple[int, int]:
+        """How many files the tree of ``treeish`` holds and their bytes (object headers only)."""
+        out = _git(self._store, ["ls-tree", "-r", "-l", "-z", self.tree_of(treeish)], readonly=True)
+        files = total = 0
+        for entry in out.split(b"\0"):
+            if entry:
+                files += 1
+                size = entry.split(b"\t", 1)[0].split()[-1]
+                total += int(size) if size.isdigit() else 0
+        return files, total
+
     def copy_tree_into(self, git_dir: Path, treeish: str) -> str:
         """Copy the tree of ``treeish`` (and every blob under it) into ``git_dir``; its id."""
         tree = self.tree_of(treeish)

@@ -238,3 +238,26 @@ def test_a_kill_after_the_migrants_checkout_does_not_wedge_the_islands_loop(
     two = _island(colony, 2)
     assert two.state.steps == 2 and two.state.best_version.scalar > two.state.versions[1].scalar
     assert list(two.paths.rejected.glob("reverted-*.diff"))  # the half-taken migrant was archived, not lost
+
+
+def test_a_donor_version_past_the_receivers_work_limits_is_not_copied(
+        toy: Path, runs_root: Path, core_plugins: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """island-1's agent forges a version past the work limits (its own submit with the limit
+    check taken out); offered to island-2, none of it is copied or checked out there."""
+    with open(toy / "target.yaml", "a", encoding="utf-8") as fh:
+        fh.write("work_limits: {files: 6, bytes: 1000000}\n")
+    colony = _start(toy, runs_root)
+    one = _island(colony, 1)
+    set_constants(one.paths.work, x=4.0)
+    for k in range(12):
+        (one.paths.work / f"bulk-{k}.bin").write_bytes(b"x" * 100)
+    with monkeypatch.context() as m:
+        m.setattr("avo.engine.check_work_limits", lambda work, limits: None)
+        submit(one, "X to 4, and a bulk of files")
+    two = _island(colony, 2)
+    done = offer(two)
+    assert done is not None and done.outcome == "skipped" and "limit" in done.reason
+    assert [v.n for v in _island(colony, 2).state.versions] == [0]
+    assert not list(two.paths.work.glob("bulk-*"))
+    blob = one.lineage.git("rev-parse", f"{_island(colony, 1).state.best_version.sha}:bulk-0.bin").strip()
+    assert two.lineage.objects().read(blob) is None  # nothing of it was copied into island-2's store
