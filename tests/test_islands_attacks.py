@@ -261,3 +261,29 @@ def test_a_donor_version_past_the_receivers_work_limits_is_not_copied(
     assert not list(two.paths.work.glob("bulk-*"))
     blob = one.lineage.git("rev-parse", f"{_island(colony, 1).state.best_version.sha}:bulk-0.bin").strip()
     assert two.lineage.objects().read(blob) is None  # nothing of it was copied into island-2's store
+
+
+def test_verify_refuses_an_exported_island_that_names_its_own_evaluator(
+        tmp_path: Path, toy: Path, runs_root: Path, core_plugins: None) -> None:
+    """A forged export: island-2's run.json points its target at a folder of the forger's
+    (an evaluator it wrote), or island-2 is a symlink to another example. `avo verify` of the
+    colony must not re-evaluate it there and call it OK."""
+    from avo.colony_report import export_colony, verify_colony
+
+    colony = _start(toy, runs_root)
+    set_constants(_island(colony, 1).paths.work, x=4.0)
+    submit(_island(colony, 1), "X to 4")
+    dest = tmp_path / "shipped"
+    export_colony(colony, dest, plot=False)
+    assert all(res.ok for _, res in verify_colony(dest))  # the honest export verifies
+    fake = tmp_path / "fake-target"
+    shutil.copytree(toy, fake)  # the forger's evaluator (here a copy; it could print any score)
+    record = json.loads((dest / "island-2" / "run.json").read_text())
+    record["target"]["directory"] = str(fake)
+    (dest / "island-2" / "run.json").write_text(json.dumps(record))
+    with pytest.raises(AvoError, match="island-2"):
+        verify_colony(dest)
+    shutil.rmtree(dest / "island-2")
+    os.symlink(dest / "island-1", dest / "island-2")
+    with pytest.raises(AvoError, match="island-2"):
+        verify_colony(dest)
