@@ -852,11 +852,17 @@ def _migrant_tree(lineage: Lineage, migrant: Migrant, limits: WorkLimits) -> str
 
     lineage.objects()
     reader = BackupReader(migrant.source)
-    files, size = reader.tree_size(migrant.origin.commit)
-    if files > limits.files or size > limits.bytes:
-        raise CandidateError(f"the migrant holds {files:,} files of {size:,} bytes, past this run's work limits "
-                             f"({limits.files:,} files, {limits.bytes:,} bytes)")
-    return reader.copy_tree_into(lineage.git_dir, migrant.origin.commit)
+    try:  # the donor's backup is its agent's to damage, even while it is read: a refused migrant
+        tree = reader.verified_tree_of(migrant.origin.commit)
+        files, size = reader.tree_size(tree)
+        if files > limits.files or size > limits.bytes:
+            raise CandidateError(f"the migrant holds {files:,} files of {size:,} bytes, past this run's work "
+                                 f"limits ({limits.files:,} files, {limits.bytes:,} bytes)")
+        return reader.copy_tree_into(lineage.git_dir, tree)
+    except CandidateError:
+        raise
+    except AvoError as exc:
+        raise CandidateError(f"the donor's backup cannot be read: {str(exc).splitlines()[0]}") from None
 
 
 def _archive_late_edits(run: Run, step: int, measured: str, notes: list[str]) -> None:

@@ -816,9 +816,21 @@ class BackupReader(Lineage):
     def objects(self) -> _Objects:
         return _objects(self._store)
 
-    def tree_size(self, treeish: str) -> tuple[int, int]:
-        """How many files the tree of ``treeish`` holds and their bytes (object headers only)."""
-        out = _git(self._store, ["ls-tree", "-r", "-l", "-z", self.tree_of(treeish)], readonly=True)
+    def verified_tree_of(self, commit: str) -> str:
+        """The tree of ``commit``, read from an object checked to hash to that id (git's reader
+        does not check: a loose object rewritten in place would name another tree)."""
+        got = self.objects().read(commit)
+        if got is None or got[1] != "commit" or got[0] != commit:
+            raise AvoError(f"commit {commit[:12]} is not in {self._store}")
+        data = got[2]
+        if hashlib.sha1(b"commit %d\0" % len(data) + data).hexdigest() != commit:
+            raise AvoError(f"the object of commit {commit[:12]} in {self._store} was rewritten (it does not "
+                           "hash to its id)")
+        return _parse_commit(commit, data).tree
+
+    def tree_size(self, tree: str) -> tuple[int, int]:
+        """How many files ``tree`` holds and their bytes (object headers only)."""
+        out = _git(self._store, ["ls-tree", "-r", "-l", "-z", tree], readonly=True)
         files = total = 0
         for entry in out.split(b"\0"):
             if entry:
@@ -827,8 +839,8 @@ class BackupReader(Lineage):
                 total += int(size) if size.isdigit() else 0
         return files, total
 
-    def copy_tree_into(self, git_dir: Path, treeish: str) -> str:
-        """Copy the tree of ``treeish`` (and every blob under it) into ``git_dir``; its id."""
-        tree = self.tree_of(treeish)
+    def copy_tree_into(self, git_dir: Path, tree: str) -> str:
+        """Copy ``tree`` (and every blob under it) into ``git_dir``, each object checked to
+        arrive under its id; ``tree``."""
         self._copy_tree(_objects(git_dir), git_dir / "objects", tree)
         return tree

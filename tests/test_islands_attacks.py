@@ -287,3 +287,41 @@ def test_verify_refuses_an_exported_island_that_names_its_own_evaluator(
     os.symlink(dest / "island-1", dest / "island-2")
     with pytest.raises(AvoError, match="island-2"):
         verify_colony(dest)
+
+
+def test_a_donor_commit_object_rewritten_in_place_gives_nothing(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    """island-1's agent overwrites the loose object of its v1 commit in its backup with a commit
+    naming another tree (X = 6.9, never evaluated there), and edits run.json's tree to match.
+    The migrant's trailers would name commit v1's id for a tree that commit never held."""
+    import hashlib
+    import zlib
+
+    colony = _start(toy, runs_root)
+    one = _island(colony, 1)
+    set_constants(one.paths.work, x=4.0)
+    submit(one, "X to 4")
+    one = _island(colony, 1)
+    v1, backup = one.state.versions[1], one.paths.backup
+    set_constants(one.paths.work, x=6.9)
+    sol = subprocess.run(["git", f"--git-dir={backup}", "hash-object", "-w", str(one.paths.work / "solution.py")],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    listing = subprocess.run(["git", f"--git-dir={backup}", "ls-tree", v1.tree], capture_output=True, text=True,
+                             check=True).stdout
+    old_sol = next(line.split()[2] for line in listing.splitlines() if line.endswith("\tsolution.py"))
+    other = subprocess.run(["git", f"--git-dir={backup}", "mktree"], input=listing.replace(old_sol, sol),
+                           capture_output=True, text=True, check=True).stdout.strip()
+    raw = subprocess.run(["git", f"--git-dir={backup}", "cat-file", "commit", v1.sha], capture_output=True,
+                         check=True).stdout.replace(v1.tree.encode(), other.encode(), 1)
+    loose = backup / "objects" / v1.sha[:2] / v1.sha[2:]
+    assert loose.is_file() and hashlib.sha1(b"commit %d\0" % len(raw) + raw).hexdigest() != v1.sha
+    os.chmod(loose, 0o644)
+    loose.write_bytes(zlib.compress(b"commit %d\0" % len(raw) + raw))
+    record = json.loads(one.paths.run_json.read_text())
+    record["versions"][1]["tree"] = other
+    one.paths.run_json.write_text(json.dumps(record))
+    set_constants(one.paths.work, x=4.0)
+
+    done = offer(_island(colony, 2))
+    assert done is not None and done.outcome == "skipped" and "rewritten" in done.reason, done
+    assert [v.n for v in _island(colony, 2).state.versions] == [0]
