@@ -325,3 +325,21 @@ def test_a_donor_commit_object_rewritten_in_place_gives_nothing(
     done = offer(_island(colony, 2))
     assert done is not None and done.outcome == "skipped" and "rewritten" in done.reason, done
     assert [v.n for v in _island(colony, 2).state.versions] == [0]
+
+
+def test_a_donor_backup_missing_a_blob_skips_the_migrant_and_the_receiver_goes_on(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    """island-1's agent deletes one blob of its best from its backup (its record still checks:
+    only the score file's blob is read for that). island-2's migration is skipped, saying why,
+    instead of failing the command island-2's agent ran."""
+    colony = _start(toy, runs_root)
+    one = _island(colony, 1)
+    set_constants(one.paths.work, x=4.0)
+    submit(one, "X to 4")
+    one = _island(colony, 1)
+    blob = one.lineage.git("rev-parse", f"{one.state.best_version.sha}:solution.py").strip()
+    (one.paths.backup / "objects" / blob[:2] / blob[2:]).unlink()
+    _island(colony, 1)  # the donor's record still opens
+    done = offer(_island(colony, 2))
+    assert done is not None and done.outcome == "skipped" and "backup cannot be read" in done.reason
+    assert [v.n for v in _island(colony, 2).state.versions] == [0]
