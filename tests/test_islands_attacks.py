@@ -343,3 +343,12 @@ def test_a_donor_backup_missing_a_blob_skips_the_migrant_and_the_receiver_goes_o
     done = offer(_island(colony, 2))
     assert done is not None and done.outcome == "skipped" and "backup cannot be read" in done.reason
     assert [v.n for v in _island(colony, 2).state.versions] == [0]
+
+
+def test_a_garbled_colony_json_does_not_hide_the_other_runs(toy: Path, runs_root: Path, core_plugins: None) -> None:
+    colony = _start(toy, runs_root)
+    (colony / "colony.json").write_text("{not json")
+    env = {**os.environ, "AVO_DISABLE_PLUGIN_AUTOLOAD": "1", "AVO_RUNS_DIR": str(runs_root)}
+    done = subprocess.run([sys.executable, "-m", "avo", "runs"], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "colony.json is unreadable" in done.stderr and "Traceback" not in done.stderr
