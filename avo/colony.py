@@ -22,9 +22,9 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from avo.errors import AvoError
 from avo.state import RunPaths, write_json_atomic
@@ -32,6 +32,9 @@ from avo.state import RunPaths, write_json_atomic
 COLONY_FILE = "colony.json"
 EVENTS_FILE = "events.jsonl"
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+#: A colony id or island name: one path component, one line. colony.json is a file any
+#: island's agent can write; its names become folder names and migrant commit trailers.
+Name = Annotated[str, Field(pattern=NAME.pattern, max_length=200)]
 #: A migrant every 3 steps of an island: often enough that a lead spreads within a few
 #: rounds of a short run, rare enough that most steps stay the island's own agent's (two
 #: agent steps per migrant), so the islands keep diverging (OpenEvolve's default interval
@@ -60,7 +63,7 @@ class IslandSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str
+    name: Name
     backend: str | None = None
     model: str | None = None
     seed: int | None = None
@@ -72,13 +75,21 @@ class ColonyState(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    id: str
+    id: Name
     created: float
     target: str
     islands: list[IslandSpec]
     migration: MigrationPolicy = Field(default_factory=MigrationPolicy)
     #: how each island is started (start_run's arguments), so a resume can start a missing one
     start: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("islands")
+    @classmethod
+    def _distinct(cls, islands: list[IslandSpec]) -> list[IslandSpec]:
+        names = [i.name for i in islands]
+        if len(set(names)) != len(names):
+            raise ValueError(f"island names repeat: {names}")
+        return islands
 
     def names(self) -> list[str]:
         return [i.name for i in self.islands]
@@ -89,10 +100,10 @@ class MigrantOrigin(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    colony: str
-    island: str
+    colony: Name
+    island: Name
     version: int
-    commit: str
+    commit: str = Field(pattern=r"^[0-9a-f]{40}$")
     scalar: float
 
     def describe(self) -> str:
@@ -139,6 +150,9 @@ def load_colony(folder: Path) -> ColonyState:
         return ColonyState.model_validate_json((folder / COLONY_FILE).read_bytes())
     except FileNotFoundError:
         raise AvoError(f"{folder} is not a colony (no {COLONY_FILE})") from None
+    except ValidationError as exc:
+        why = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top)'}: {e['msg']}" for e in exc.errors())
+        raise AvoError(f"{folder / COLONY_FILE} is unreadable: {why}") from None
     except ValueError as exc:
         raise AvoError(f"{folder / COLONY_FILE} is unreadable: {exc}") from None
 

@@ -172,8 +172,36 @@ def export_colony(folder: Path, dest: Path, *, plot: bool = True) -> list[Path]:
 
 
 def verify_colony(dest: Path, **kwargs: Any) -> list[tuple[str, Any]]:
-    """Re-evaluate every shipped island's best (:func:`avo.examples.verify_example` each)."""
-    from avo.examples import verify_example
+    """Re-evaluate every shipped island's best (:func:`avo.examples.verify_example` each).
 
-    return [(name, verify_example(dest / name, **kwargs)) for name in load_colony(dest).names()
-            if (dest / name / "run.json").is_file()]
+    An island must be a folder of the colony (not a link to another example) whose record
+    names the same target, evaluator included, as every other island's: each record says
+    where its evaluator lives, and one forged island must not choose its own judge.
+    """
+    import os
+
+    from avo.errors import AvoError
+    from avo.examples import verify_example
+    from avo.state import RunState
+
+    colony = load_colony(dest)
+    names = [n for n in colony.names() if os.path.lexists(dest / n)]
+    first: tuple[str, str] | None = None
+    for name in names:
+        if os.path.islink(dest / name) or os.path.islink(dest / name / "run.json"):
+            raise AvoError(f"{dest / name} is a symlink: a colony's island is a folder of its own")
+        if not (dest / name / "run.json").is_file():
+            continue
+        try:
+            target = RunState.model_validate_json((dest / name / "run.json").read_bytes()).target
+        except ValueError as exc:
+            raise AvoError(f"{dest / name / 'run.json'} is unreadable: {str(exc).splitlines()[0]}") from None
+        spec = target.model_dump_json()
+        if target.name != colony.target:
+            raise AvoError(f"{name}'s record names target {target.name!r}, the colony's is {colony.target!r}")
+        if first is None:
+            first = (name, spec)
+        elif spec != first[1]:
+            raise AvoError(f"{name}'s record names another target spec (evaluator, directory or terms) than "
+                           f"{first[0]}'s; the islands of one colony share one evaluator")
+    return [(name, verify_example(dest / name, **kwargs)) for name in names if (dest / name / "run.json").is_file()]

@@ -30,7 +30,7 @@ from avo.eval_inputs import strip_meta
 from avo.evaluation import MALFORMED_BASELINES, MALFORMED_PREFIX, Evaluation
 from avo.integrity import compare, hash_tree
 from avo.lineage import META_DIR, CandidateError, Lineage, diff_fingerprint, foreign_git_dir
-from avo.models import EvalJob, JobResult, TargetSpec
+from avo.models import EvalJob, JobResult, TargetSpec, WorkLimits
 from avo.partials import builds_partials
 from avo.policy import confirm, first_look, single_decision
 from avo.prompts import fmt_number
@@ -840,17 +840,44 @@ def _update_supervisor(state: RunState, fingerprint: str | None, outcome: str) -
         sup.due, sup.reason = True, f"stalled: {stalled} steps without a new best{since}"
 
 
-def _migrant_tree(lineage: Lineage, migrant: Migrant) -> str:
+def _migrant_tree(lineage: Lineage, migrant: Migrant, limits: WorkLimits) -> str:
     """Copy the migrant's tree from the donor's backup into this lineage's store; its id.
 
     Content-addressed objects, written only after the work/.git check every git call makes
     (recover() has moved a foreign one aside); the donor's .avo/scores.jsonl in it is
-    replaced by this run's own when it is committed.
+    replaced by this run's own when it is committed. A tree past this run's work limits (a
+    donor record forged around them) is refused before anything of it is copied.
     """
     from avo.lineage import BackupReader
 
     lineage.objects()
-    return BackupReader(migrant.source).copy_tree_into(lineage.git_dir, migrant.origin.commit)
+    reader = BackupReader(migrant.source)
+    try:  # the donor's backup is its agent's to damage, even while it is read: a refused migrant
+        tree = reader.verified_tree_of(migrant.origin.commit)
+        files, size = reader.tree_size(tree)
+        if files > limits.files or size > limits.bytes:
+            raise CandidateError(f"the migrant holds {files:,} files of {size:,} bytes, past this run's work "
+                                 f"limits ({limits.files:,} files, {limits.bytes:,} bytes)")
+        return reader.copy_tree_into(lineage.git_dir, tree)
+    except CandidateError:
+        raise
+    except AvoError as exc:
+        raise CandidateError(f"the donor's backup cannot be read: {str(exc).splitlines()[0]}") from None
+
+
+def _archive_late_edits(run: Run, step: int, measured: str, notes: list[str]) -> None:
+    """Archive in rejected/ how work/ differs from ``measured`` (edits made while a candidate was
+    evaluated), before a reset replaces work/."""
+    lineage, paths = run.lineage, run.paths
+    measured = lineage.tree_of(measured)
+    late_tree = lineage.snapshot_tree()
+    late = lineage.diff(measured, late_tree) if late_tree != measured else ""
+    if late.strip():
+        late_path = paths.rejected / f"step{step:04d}-edited-during-evaluation.diff"
+        late_path.write_text(f"# step {step}: edits made to work/ while the candidate was being "
+                             f"evaluated (not part of it)\n" + late, encoding="utf-8")
+        notes.append(f"work/ was edited during the evaluation; those edits are in "
+                     f"{late_path.relative_to(paths.root)}")
 
 
 def submit(
@@ -884,7 +911,7 @@ def submit(
             notes.append(f"work/ HEAD was moved off v{best.n} (agent commits or resets); "
                          "its content is taken as one candidate")
         check_work_limits(paths.work, state.target.work_limits)
-        tree = lineage.snapshot_tree() if migrant is None else _migrant_tree(lineage, migrant)
+        tree = lineage.snapshot_tree() if migrant is None else _migrant_tree(lineage, migrant, state.target.work_limits)
         diff = lineage.diff(best.sha, tree)
         if not diff.strip():
             raise AvoError(f"nothing to submit: work/ is identical to the best version v{best.n}. "
@@ -969,6 +996,8 @@ def submit(
             lineage.verify_commit_tree(sha, tree, SCORES_FILE, scores.encode())
             version = version.model_copy(update={"sha": sha, "tree": lineage.tree_of(sha)})
             record["version"] = n
+            if migrant is not None:  # its checkout below replaces work/: keep what was written there meanwhile
+                _archive_late_edits(run, step, best.sha, notes)
             write_json_atomic(paths.journal, json.dumps({"kind": "accept", "step": step, "record": record}))
             lineage.move_branch(sha)
             if migrant is not None:
@@ -999,15 +1028,7 @@ def submit(
             record["diff"] = str(diff_path.relative_to(paths.root))
             # Edits made to work/ while the candidate was being measured are not part of it,
             # and the reset below would destroy them: archive them too.
-            late_tree = lineage.snapshot_tree()
-            measured = tree if migrant is None else lineage.tree_of(best.sha)  # a migrant left work/ alone
-            late = lineage.diff(measured, late_tree) if late_tree != measured else ""
-            if late.strip():
-                late_path = paths.rejected / f"step{step:04d}-edited-during-evaluation.diff"
-                late_path.write_text(f"# step {step}: edits made to work/ while the candidate was being "
-                                     f"evaluated (not part of it)\n" + late, encoding="utf-8")
-                notes.append(f"work/ was edited during the evaluation; those edits are in "
-                             f"{late_path.relative_to(paths.root)}")
+            _archive_late_edits(run, step, tree if migrant is None else best.sha, notes)  # a migrant left work/ alone
             write_json_atomic(paths.journal, json.dumps(
                 {"kind": "reject", "step": step, "record": record, "diff_path": str(diff_path)}))
             state.failures_in_row = state.failures_in_row + 1 if outcome == "failed" else 0

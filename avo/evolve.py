@@ -453,7 +453,13 @@ def _migration_step(run: Run, progress: Progress, report: Reporter, in_flight: _
     from avo.migration import is_due, offer
 
     colony = colony_of(run.paths)
-    if colony is None or not is_due(load_colony(colony), read_trajectory(run.paths)):
+    if colony is None:
+        return None
+    try:
+        due = is_due(load_colony(colony), read_trajectory(run.paths))
+    except AvoError:
+        due = True  # another island's agent may write colony.json: offer() records why nothing arrives
+    if not due:
         return None
     progress.activity = f"step {in_flight.attempt}: a migrant arrives"
     report.handle("note", progress, {"text": progress.activity})

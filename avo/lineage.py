@@ -223,6 +223,15 @@ def _parse_commit(sha: str, data: bytes) -> CommitInfo:
     return CommitInfo(sha, tree, tuple(parents), message.decode("utf-8", "replace"))
 
 
+def check_entry_name(name: str, where: str) -> None:
+    """Refuse a tree entry name git itself never writes (``git add`` cannot make one): written
+    into a folder, ``..``, a ``/`` or ``.git`` would reach outside it or into a repository.
+    Such a tree can only be crafted, e.g. in a forged backup that a migrant is read from."""
+    if name in ("", ".", "..") or "/" in name or name.lower() == ".git":
+        raise CandidateError(f"the tree holds an entry named {name!r} under {where or 'its top'}: git never "
+                             "writes such a name, so the tree was crafted; it is not taken")
+
+
 def _tree_entries(data: bytes) -> list[tuple[str, str, str, str]]:
     """``(mode, type, sha, name)`` of a raw tree object."""
     out, pos = [], 0
@@ -477,6 +486,7 @@ class Lineage:
     def _walk(self, tree: str, prefix: str = "") -> Iterator[tuple[str, str, str]]:
         """``(mode, sha, path)`` of every file (blob, link, gitlink) under ``tree``."""
         for mode, kind, sha, name in self._entries(tree):
+            check_entry_name(name, prefix)
             if kind == "tree":
                 yield from self._walk(sha, f"{prefix}{name}/")
             else:
@@ -739,7 +749,8 @@ class Lineage:
         if _has_loose(root, tree):
             return  # written after everything under it: complete
         data = self._read(tree, "tree")
-        for _mode, kind, sha, _name in _tree_entries(data):
+        for _mode, kind, sha, name in _tree_entries(data):
+            check_entry_name(name, "")
             if kind == "tree":
                 self._copy_tree(theirs, root, sha)
             elif kind == "blob" and not _has_loose(root, sha):
@@ -805,8 +816,31 @@ class BackupReader(Lineage):
     def objects(self) -> _Objects:
         return _objects(self._store)
 
-    def copy_tree_into(self, git_dir: Path, treeish: str) -> str:
-        """Copy the tree of ``treeish`` (and every blob under it) into ``git_dir``; its id."""
-        tree = self.tree_of(treeish)
+    def verified_tree_of(self, commit: str) -> str:
+        """The tree of ``commit``, read from an object checked to hash to that id (git's reader
+        does not check: a loose object rewritten in place would name another tree)."""
+        got = self.objects().read(commit)
+        if got is None or got[1] != "commit" or got[0] != commit:
+            raise AvoError(f"commit {commit[:12]} is not in {self._store}")
+        data = got[2]
+        if hashlib.sha1(b"commit %d\0" % len(data) + data).hexdigest() != commit:
+            raise AvoError(f"the object of commit {commit[:12]} in {self._store} was rewritten (it does not "
+                           "hash to its id)")
+        return _parse_commit(commit, data).tree
+
+    def tree_size(self, tree: str) -> tuple[int, int]:
+        """How many files ``tree`` holds and their bytes (object headers only)."""
+        out = _git(self._store, ["ls-tree", "-r", "-l", "-z", tree], readonly=True)
+        files = total = 0
+        for entry in out.split(b"\0"):
+            if entry:
+                files += 1
+                size = entry.split(b"\t", 1)[0].split()[-1]
+                total += int(size) if size.isdigit() else 0
+        return files, total
+
+    def copy_tree_into(self, git_dir: Path, tree: str) -> str:
+        """Copy ``tree`` (and every blob under it) into ``git_dir``, each object checked to
+        arrive under its id; ``tree``."""
         self._copy_tree(_objects(git_dir), git_dir / "objects", tree)
         return tree

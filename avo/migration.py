@@ -12,6 +12,7 @@ nothing (the same files, a donor that cannot be read) is recorded as skipped.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from avo.colony import ColonyState, Migrant, MigrantOrigin, append_event, colony
 from avo.contract import better
 from avo.engine import Run, SubmitOutcome, open_run, submit
 from avo.errors import AvoError, BlockedError
+from avo.lineage import CandidateError
 from avo.state import append_trajectory, read_trajectory, run_lock
 
 STEP_KINDS = ("submit", "agent_step")
@@ -76,6 +78,10 @@ def _pick_donor(colony_dir: Path, colony: ColonyState, run: Run) -> tuple[Run | 
     best: Run | None = None
     problems = []
     for name in donor_names(colony, run.paths.root.name):
+        inside = _outside_colony(colony_dir, name)
+        if inside:
+            problems.append(f"{name} cannot be read ({inside})")
+            continue
         try:
             donor = open_run(colony_dir / name, colony_dir)  # checked against its backup, read-only
         except AvoError as exc:
@@ -86,6 +92,19 @@ def _pick_donor(colony_dir: Path, colony: ColonyState, run: Run) -> tuple[Run | 
     if best is None:
         return None, None, "; ".join(problems) or "no donor island"
     return best, best.paths.root.name, ""
+
+
+def _outside_colony(colony_dir: Path, name: str) -> str:
+    """Why the island folder ``name`` (or its private backup, where the migrant is read) is not
+    this colony's own, else "": a symlink there would make a migrant's trailers name this
+    colony's island for a version that island never had."""
+    own = colony_dir.resolve() / name
+    for path in (own, own / ".avo", own / ".avo" / "lineage.git"):
+        if os.path.islink(path):
+            return f"{path.relative_to(colony_dir.resolve())} is a symlink"
+    if Path(os.path.realpath(own / ".avo" / "lineage.git")) != own / ".avo" / "lineage.git":
+        return "its backup lies outside the colony"
+    return ""
 
 
 def _skip(run: Run, colony_dir: Path, donor: str | None, reason: str, version: int | None = None) -> Offer:
@@ -105,8 +124,11 @@ def offer(run: Run, *, progress: Callable[[str], None] | None = None) -> Offer |
     colony_dir = colony_of(run.paths)
     if colony_dir is None:
         return None
-    colony = load_colony(colony_dir)
     receiver = run.paths.root.name
+    try:
+        colony = load_colony(colony_dir)
+    except AvoError as exc:  # an agent may write colony.json: this island goes on, offered nothing
+        return _skip(run, colony_dir, None, str(exc).splitlines()[0])
     run.state = open_run(run.paths.root, colony_dir).state
     donor, name, why = _pick_donor(colony_dir, colony, run)
     if donor is None:
@@ -124,6 +146,8 @@ def offer(run: Run, *, progress: Callable[[str], None] | None = None) -> Offer |
                      extra={"backend": "migration", "status": "ok"})
     except BlockedError:
         raise
+    except CandidateError as exc:  # a crafted tree (a forged donor record): nothing of it is written out
+        return _skip(run, colony_dir, name, f"{name} v{v.n} cannot be taken: {str(exc).splitlines()[0]}", v.n)
     except AvoError as exc:
         if not str(exc).startswith("nothing to submit"):
             raise
@@ -138,7 +162,13 @@ def offer(run: Run, *, progress: Callable[[str], None] | None = None) -> Offer |
 def offer_if_due(run: Run, *, progress: Callable[[str], None] | None = None) -> Offer | None:
     """After a step of an island: the migrant it is due, if any (a spent budget: none)."""
     colony_dir = colony_of(run.paths)
-    if colony_dir is None or not is_due(load_colony(colony_dir), read_trajectory(run.paths)):
+    if colony_dir is None:
+        return None
+    try:
+        colony: ColonyState | None = load_colony(colony_dir)
+    except AvoError:
+        colony = None  # offer() records why nothing arrives
+    if colony is not None and not is_due(colony, read_trajectory(run.paths)):
         return None
     try:
         return offer(run, progress=progress)

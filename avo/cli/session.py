@@ -306,8 +306,15 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
             states = all_runs(root)
             partials = list_partials(root)
             from avo.colony import is_colony, load_colony
+            from avo.errors import AvoError
 
-            colonies = [load_colony(p) for p in sorted(root.iterdir()) if is_colony(p)] if root.is_dir() else []
+            colonies = []
+            for folder in sorted(root.iterdir()) if root.is_dir() else []:
+                if is_colony(folder):
+                    try:
+                        colonies.append(load_colony(folder))
+                    except AvoError as exc:  # any island's agent can write it: the other runs are still listed
+                        err.print(f"note: {exc}", markup=False)
             if json_out:
                 print_json([{"run": s.id, "target": s.target.name, "versions": len(s.versions), "steps": s.steps,
                              "best": s.best_version.scalar, "created": s.created} for s in states]
