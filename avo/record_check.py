@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from avo.chain import RECOVERED, ChainReport, line_hash, verify
+from avo.chain import RECOVERED, ChainReport, acknowledged, line_hash, verify
 from avo.errors import RecordError
 from avo.lineage import BRANCH, META_DIR, commit_message, object_ids, read_commits, read_object, ref_of
 from avo.record_format import parse_trailers, scores_file, scores_line, terms, terms_digest
@@ -207,8 +207,11 @@ def trajectory_findings(paths: RunPaths, state: RunState, locked: bool) -> Traje
     excused: set[int] = set()
     max_step = 0
     versions = state.versions
+    set_aside = acknowledged(report.records)  # lines `avo recover` set aside, by the hash they had then
     for n, r in enumerate(report.records, 1):
         if r is None or n in report.flagged or n in report.problems:
+            continue
+        if n in set_aside and set_aside[n] == line_hash(report.lines[n - 1]):
             continue
         if r.get("kind") == RECOVERED:
             excused.update(x for x in r.get("unrecorded_versions") or [] if isinstance(x, int))
@@ -221,7 +224,10 @@ def trajectory_findings(paths: RunPaths, state: RunState, locked: bool) -> Traje
         if isinstance(r.get("step"), int) and not beyond:
             max_step = max(max_step, r["step"])
         k = r.get("version")
-        if r.get("outcome") != "accepted" or not isinstance(k, int):
+        if r.get("outcome") != "accepted":
+            continue
+        if not isinstance(k, int):  # every accepted submit made a version: a flipped rejection names none
+            found.lines[n] = f"records step {r.get('step')} as accepted, but names no version"
             continue
         if k >= len(versions) or k < 1:
             if not (beyond and not locked and k >= len(versions)):

@@ -298,9 +298,9 @@ def quick_check(paths: RunPaths, state: RunState, *, locked: bool) -> Checkpoint
         if isinstance(r.get("step"), int):
             fold.max_step = max(fold.max_step, r["step"])
         k = r.get("version")
-        if r.get("outcome") != "accepted" or not isinstance(k, int):
+        if r.get("outcome") != "accepted":
             continue
-        if not 1 <= k < len(versions):
+        if not isinstance(k, int) or not 1 <= k < len(versions):
             return None
         v = versions[k]
         if any(r.get(key) != getattr(v, key) for key in ("scalar", "step", "message")):

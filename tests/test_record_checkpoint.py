@@ -98,6 +98,19 @@ def test_an_edit_after_the_checkpoint_is_caught(toy: Path, runs_root: Path, core
     assert code == 1 and f"trajectory.jsonl line {i + 1} records v1 with scalar" in out, out
 
 
+def test_a_rejection_flipped_to_accepted_without_a_version_is_caught(
+    toy: Path, runs_root: Path, core_plugins: None
+) -> None:
+    run = started(toy, runs_root)
+    paths, _ = _checked(run.paths.root, runs_root)
+    lines = _lines(paths.trajectory)
+    i = next(i for i, line in enumerate(lines) if b'"outcome": "rejected"' in line)
+    lines[i] = lines[i].replace(b'"outcome": "rejected"', b'"outcome": "accepted"')
+    _rechain(paths, lines)  # a consistent chain: only the record's own content can tell
+    code, out = avo("status")
+    assert code == 1 and f"trajectory.jsonl line {i + 1} records step" in out and "names no version" in out, out
+
+
 def test_a_version_edited_in_run_json_before_the_checkpoint_is_caught(
     toy: Path, runs_root: Path, core_plugins: None
 ) -> None:
