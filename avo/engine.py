@@ -566,21 +566,38 @@ def start_run(
     if stall_limit is not None and stall_limit < 1:
         raise AvoError(f"--stall-limit must be at least 1, got {stall_limit}")
     source: Run | None = None
+    source_state: RunState | None = None
     source_version: Version | None = None
+    example: Path | None = None
     if from_ref is not None:
+        from avo.examples import is_example, load_example
+
         src_ref, n = _parse_from(from_ref)
-        source = open_run(src_ref, runs_root)
-        source_version = source.state.best_version if n is None else next(
-            (v for v in source.state.versions if v.n == n), None)
+        if is_example(Path(src_ref)):
+            # A shipped example (`avo export`) has a bundle instead of a live lineage.
+            example = Path(src_ref)
+            source_state, source_version = load_example(example, n)
+        else:
+            source = open_run(src_ref, runs_root)
+            source_state = source.state
+            source_version = source.state.best_version if n is None else next(
+                (v for v in source.state.versions if v.n == n), None)
         if source_version is None:
-            raise AvoError(f"run {source.state.id} has no version v{n}; it has v0..v{len(source.state.versions) - 1}")
-    if target_ref is None and source is None:
+            raise AvoError(f"run {source_state.id} has no version v{n}; it has v0..v{len(source_state.versions) - 1}")
+    if target_ref is None and source_state is None:
         raise AvoError("say which target to start: --target NAME|PATH (or --from RUN[:vN])")
-    spec = find_target(target_ref) if target_ref is not None else source.state.target  # type: ignore[union-attr]
-    if source is not None and spec.name != source.state.target.name:
+    if target_ref is None:
+        # The target as installed now, not as recorded then: its evaluator, noise band and
+        # goal may have changed since the source run (a recorded band 0 under a target that
+        # now draws fresh games would make every comparison exact where it is not).
+        recorded = source_state.target  # type: ignore[union-attr]
+        target_ref = str(recorded.directory) if recorded.directory is not None and recorded.directory.is_dir() \
+            else recorded.name
+    spec = find_target(target_ref)
+    if source_state is not None and spec.name != source_state.target.name:
         raise AvoError(
-            f"run {source.state.id} evolved target {source.state.target.name!r}, not {spec.name!r}: its "
-            f"files are no seed for {spec.name!r}. Drop --target to continue {source.state.target.name!r}, "
+            f"run {source_state.id} evolved target {source_state.target.name!r}, not {spec.name!r}: its "
+            f"files are no seed for {spec.name!r}. Drop --target to continue {source_state.target.name!r}, "
             f"or start {spec.name!r} from its own seed (without --from)."
         )
 
@@ -622,10 +639,16 @@ def start_run(
     for d in (paths.work, paths.kb, paths.rejected, paths.supervisor, paths.logs, paths.private):
         d.mkdir(parents=True)
     mark_creator(partial)
-    if source is not None and source_version is not None:
-        source.lineage.export(source_version.sha, paths.work)
+    if source_state is not None and source_version is not None:
+        if example is not None:
+            from avo.examples import export_example_version
+
+            export_example_version(example, source_version, paths.work)
+        else:
+            assert source is not None
+            source.lineage.export(source_version.sha, paths.work)
         shutil.rmtree(paths.work / META_DIR, ignore_errors=True)
-        origin = f"{source.state.id}:v{source_version.n}"
+        origin = f"{source_state.id}:v{source_version.n}"
         say(f"seeded from {origin}")
     else:
         call_target_hook(spec, "avo_seed", dest=paths.work)

@@ -55,6 +55,40 @@ def export_run(run: object, dest: Path, *, plot: bool = True) -> list[Path]:
     return written
 
 
+def is_example(folder: Path) -> bool:
+    """A folder written by :func:`export_run` (a record and a bundle, no live ``work/``)."""
+    return (folder / "run.json").is_file() and (folder / BUNDLE).is_file() and not (folder / "work").is_dir()
+
+
+def load_example(folder: Path, version: int | None = None) -> tuple[RunState, Version]:
+    """A shipped example's record and its best (or ``version``) version, without evaluating."""
+    state = RunState.model_validate_json((folder / "run.json").read_bytes())
+    wanted = state.best_version if version is None else next(
+        (v for v in state.versions if v.n == version), None)
+    if wanted is None:
+        raise AvoError(f"the example {folder} has no version v{version}; it has v0..v{len(state.versions) - 1}")
+    return state, wanted
+
+
+def export_example_version(folder: Path, wanted: Version, dest: Path) -> None:
+    """Write the files of ``wanted`` from the example's bundle into ``dest`` (as a run evaluates them).
+
+    The bundle's tag must name the commit the record names, so a seed is what was scored.
+    """
+    with tempfile.TemporaryDirectory(prefix="avo-example-") as tmp:
+        clone = Path(tmp) / "work"
+        proc = subprocess.run(["git", "clone", "-q", str((folder / BUNDLE).resolve()), str(clone)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise AvoError(f"cannot read {folder / BUNDLE}: {proc.stderr.strip()}")
+        lineage = Lineage(clone, Path(tmp) / "index")
+        tag_sha = lineage.git("rev-parse", f"v{wanted.n}^{{commit}}", check=False).strip()
+        if tag_sha != wanted.sha:
+            raise AvoError(f"the bundle's v{wanted.n} is {tag_sha or 'missing'}, the record says {wanted.sha}")
+        lineage.export(wanted.sha, dest)
+    strip_meta(dest)
+
+
 @dataclass
 class Verification:
     """The outcome of re-evaluating a shipped example's best version."""
@@ -84,26 +118,13 @@ def verify_example(folder: Path, *, version: int | None = None, executor: str | 
     for needed in (run_json, bundle):
         if not needed.exists():
             raise AvoError(f"{folder} is not a shipped example: {needed.name} is missing")
-    state = RunState.model_validate_json(run_json.read_bytes())
-    wanted = state.best_version if version is None else next(
-        (v for v in state.versions if v.n == version), None)
-    if wanted is None:
-        raise AvoError(f"the example has no version v{version}")
+    state, wanted = load_example(folder, version)
     spec = state.target
     if spec.directory is None or not spec.directory.is_dir():
         spec = find_target(spec.name)
     with tempfile.TemporaryDirectory(prefix="avo-verify-") as tmp:
-        clone = Path(tmp) / "work"
-        proc = subprocess.run(["git", "clone", "-q", str(bundle.resolve()), str(clone)], capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise AvoError(f"cannot read {bundle}: {proc.stderr.strip()}")
-        lineage = Lineage(clone, Path(tmp) / "index")
-        tag_sha = lineage.git("rev-parse", f"v{wanted.n}^{{commit}}", check=False).strip()
-        if tag_sha != wanted.sha:
-            raise AvoError(f"the bundle's v{wanted.n} is {tag_sha or 'missing'}, the record says {wanted.sha}")
         snap = Path(tmp) / "candidate"
-        lineage.export(wanted.sha, snap)
-        strip_meta(snap)  # as a run evaluates it
+        export_example_version(folder, wanted, snap)
         _, recorded, current = evaluator_hashes(spec, state.hashes.get("evaluator", {}))
         evaluator_changed = recorded != current
         name = executor or os.environ.get(executors.ENV, "").strip() or executors.DEFAULT

@@ -58,3 +58,32 @@ def test_export_with_plot_and_report(toy: Path, runs_root: Path, core_plugins: N
     assert (tmp_path / "ex" / "trajectory.png").stat().st_size > 1000
     assert "<html" in (tmp_path / "ex" / "report.html").read_text().lower()
     assert run.state.id in (tmp_path / "ex" / "run.json").read_text()
+
+
+def test_start_from_a_shipped_example(toy: Path, runs_root: Path, core_plugins: None, tmp_path: Path) -> None:
+    """`avo start --from EXAMPLE[:vN]` seeds from the bundle; the target is the one installed now."""
+    run = make_run(toy, runs_root)
+    dest = tmp_path / "example"
+    export_run(run, dest, plot=False)
+    source_id = run.state.id
+    shutil.rmtree(run.paths.root)
+    # The record's target as it was then (here: another noise band) is not what the new run uses.
+    data = json.loads((dest / "run.json").read_text())
+    data["target"]["noise"]["band"] = 0.5
+    (dest / "run.json").write_text(json.dumps(data))
+
+    second = start_run(None, runs_root, from_ref=f"{dest}:v1")
+    assert second.state.origin == f"{source_id}:v1"
+    assert "X = 6" in (second.paths.work / "solution.py").read_text()
+    assert second.state.versions[0].message == f"seed from {source_id}:v1"
+    assert second.state.target.noise.band == 0.0
+    assert not (dest / "work").exists() and not (dest / ".avo").exists()  # the example is only read
+    best = start_run(None, runs_root, from_ref=str(dest))  # the best version (v1) by default
+    assert "X = 6" in (best.paths.work / "solution.py").read_text()
+
+    with pytest.raises(AvoError, match="has no version v9"):
+        start_run(None, runs_root, from_ref=f"{dest}:v9")
+    data["versions"][1]["sha"] = "0" * 40
+    (dest / "run.json").write_text(json.dumps(data))
+    with pytest.raises(AvoError, match="the record says 0000"):
+        start_run(None, runs_root, from_ref=f"{dest}:v1")
