@@ -7,6 +7,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from avo.contract import scalar_of
 from avo.models import EvalOptions, EvalResult
 from avo_target_game2048 import BASELINES, BASELINES_DIR
 from avo_target_game2048.harness import Settings, evaluate_dir
@@ -35,10 +36,7 @@ def measure_all(options: EvalOptions) -> dict[str, EvalResult]:
     out = {}
     for name in BASELINES:
         out[name] = result = measure(name, options)
-        report(f"baseline {name}: " + (f"{result.primary or _mean(result):,.0f}" if result.correct
-                                       else f"failed: {result.error}"))
+        # The scalar avo will show for it (the geometric mean of the banks), not another average.
+        scalar, why = scalar_of(result)
+        report(f"baseline {name}: " + (f"{scalar:,.1f}" if scalar is not None else f"failed: {why}"))
     return out
-
-
-def _mean(result: EvalResult) -> float:
-    return sum(result.metrics.values()) / max(1, len(result.metrics))
