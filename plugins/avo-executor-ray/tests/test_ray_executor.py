@@ -300,3 +300,29 @@ def _try_start(toy: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
         if "no alive node" in str(exc):
             return None
         raise
+
+
+def test_a_colony_evaluates_every_island_and_its_migrants_through_ray(ray_env: Cluster, toy: Path,
+                                                                     tmp_path: Path) -> None:
+    """Two islands stepped at once by `avo evolve --islands 2 --executor ray` (the classic
+    backend, free): every evaluation of both islands, migrants included, ran as a Ray task."""
+    import subprocess
+    import sys
+
+    runs = tmp_path / "runs"
+    env = {**os.environ, "AVO_RUNS_DIR": str(runs)}
+    env.pop("AVO_DISABLE_PLUGIN_AUTOLOAD", None)  # the child finds the classic backend and Ray as users do
+    done = subprocess.run([sys.executable, "-m", "avo", "evolve", "--target", str(toy), "--backend", "classic",
+                           "--seed", "1", "--islands", "2", "--max-steps", "4", "--migrate-every", "2",
+                           "--executor", "ray", "--plain"], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    colony = next(p for p in runs.iterdir() if "colony" in p.name)
+    records = {}
+    for island in ("island-1", "island-2"):
+        paths = colony / island
+        assert json.loads((paths / "run.json").read_text())["options"]["executor"] == "ray"
+        records[island] = [json.loads(line) for line in (paths / "trajectory.jsonl").read_text().splitlines()]
+        subs = [r for r in records[island] if r.get("kind") == "submit"]
+        assert len(subs) == 4 and all(r["where"].startswith("ray ") for r in subs), subs
+    migrants = [r for rs in records.values() for r in rs if r.get("kind") == "submit" and r.get("migrant")]
+    assert migrants, "no migrant was evaluated in 4 steps at an interval of 2"
