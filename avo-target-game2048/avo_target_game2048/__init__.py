@@ -35,10 +35,10 @@ goes to a log.
 Score: the game score is the sum of the values of all merged tiles (two 256s merging add
 512), so the benchmark pays for merge points, not for how healthy a board looks. Each
 metric (bank1..bank4) is the mean game score over 12 games; the scalar is the geometric
-mean of the four banks. Quick runs use bank1 with 2 games. The games are drawn for each
-candidate from a secret of the run and the content of your files: the same files replay
-the same games, any edit gets new ones, so scores carry a sampling spread (the declared
-noise band) and no player can know its games in advance.
+mean of the four banks. Quick runs use bank1 with 2 games. The games are drawn from a
+secret that is fresh for every evaluation (re-measurements of the same files included) and
+the content of your files, so scores carry a sampling spread (the declared noise band) and
+no player can know its games in advance; `avo verify` replays a version's recorded games.
 
 Budget: 120 s of CPU time for the whole evaluation (48 games, start-up and imports
 included), summed over every process and thread in the sandbox and measured by the
