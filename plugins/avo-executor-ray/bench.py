@@ -5,16 +5,20 @@ Starts a private local Ray instance (2 CPUs) and measures, on the toy directory 
 - the dispatch overhead per evaluation: the wall time of one ``avo_execute`` call minus the
   evaluator's own wall time, Ray vs local, median of many, and the ratio of the totals;
 - the wall time of a noisy target's confirm runs (3 pairs, each evaluation ~1 s of work),
-  one at a time vs two at a time.
+  one at a time vs two at a time;
+- a colony through Ray: ``avo evolve --resume`` of a 2-island colony against one run, both
+  started with ``--executor ray`` on a Ray head of their own on 127.0.0.1 (classic backend).
 
-Takes about two minutes on 2 cores.
+Takes about three minutes on 2 cores.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -50,6 +54,41 @@ def _timed(name: str, job: EvalJob, options: dict[str, str], n: int) -> tuple[li
     return totals, overheads
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def colony_on_ray(work: Path, steps: int = 6) -> tuple[float, float]:
+    """Wall time of ``steps`` classic steps on one run and on a 2-island colony, both through a
+    Ray head started here (each island's `avo evolve` child connects to it itself)."""
+    ray = Path(sys.executable).with_name("ray")
+    temp = Path(tempfile.mkdtemp(prefix="avoray-", dir="/tmp"))  # Ray's socket paths must stay short
+    port = _free_port()
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+           "RAY_ADDRESS": f"127.0.0.1:{port}", "AVO_RUNS_DIR": str(work / "colony-runs")}
+    subprocess.run([str(ray), "start", "--head", "--node-ip-address", "127.0.0.1", "--port", str(port), "--num-cpus",
+                    "2", "--include-dashboard=false", "--disable-usage-stats", "--temp-dir", str(temp / "ray")],
+                   env={k: v for k, v in env.items() if k != "RAY_ADDRESS"}, check=True, capture_output=True)
+    avo = [sys.executable, "-m", "avo"]
+    try:
+        walls = []
+        for extra in ([], ["--islands", "2"]):
+            subprocess.run([*avo, "start", "--target", str(TOY), "--no-prompt", "--stall-limit", "1000",
+                            "--executor", "ray", *extra], env=env, check=True, capture_output=True)
+            made = max((p for p in (work / "colony-runs").iterdir() if not p.name.startswith(".")),
+                       key=lambda p: p.stat().st_mtime)
+            start = time.perf_counter()
+            subprocess.run([*avo, "evolve", "--resume", str(made), "--backend", "classic", "--seed", "1",
+                            "--max-steps", str(steps), "--plain"], env=env, check=True, capture_output=True)
+            walls.append(time.perf_counter() - start)
+        return walls[0], walls[1]
+    finally:
+        subprocess.run([str(ray), "stop", "--force"], env=env, capture_output=True)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
 def main(report: Path) -> None:
     os.environ.pop("RAY_ADDRESS", None)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private instance: no token file in ~/.ray
@@ -78,6 +117,7 @@ def main(report: Path) -> None:
         from avo_executor_ray.cluster import shutdown
 
         shutdown()
+        one_t, colony_t = colony_on_ray(work)
     med = statistics.median
     lines = [
         "## avo-executor-ray",
@@ -98,6 +138,12 @@ def main(report: Path) -> None:
         "",
         f"| one at a time | two at a time | ratio |\n|---|---|---|\n"
         f"| {walls[1]:.1f} s | {walls[2]:.1f} s | {walls[1] / walls[2]:.2f}x |",
+        "",
+        "A colony through Ray (a head of its own on 127.0.0.1, 2 CPUs; toy target, classic backend, "
+        "6 steps per island; each island's `avo evolve` connects to Ray itself):",
+        "",
+        f"| one run × 6 steps | 2 islands × 6 steps | ratio (→ 1 for N ≤ free cores) |\n|---|---|---|\n"
+        f"| {one_t:.1f} s | {colony_t:.1f} s | {colony_t / one_t:.2f}x |",
         "",
     ]
     with open(report, "a", encoding="utf-8") as fh:
