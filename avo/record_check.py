@@ -154,20 +154,16 @@ def _terms_problems(paths: RunPaths, state: RunState) -> list[str]:
 
 def _record_problems_elsewhere(paths: RunPaths, state: RunState, records: list[dict[str, Any] | None]) -> list[str]:
     """Counters that steer the policy, checked against the trajectory that produced them."""
+    from avo.record_checkpoint import Fold  # the incremental check folds the same counters
+
     problems = []
-    remeasured: dict[int, list[float]] = {}
-    due: tuple[int, str] | None = None
+    fold = Fold()
     for n, r in enumerate(records, 1):
-        if not r:
-            continue
-        if r.get("kind") == "submit" and isinstance(r.get("confirm"), dict) and isinstance(r.get("best_before"), int):
-            remeasured.setdefault(r["best_before"], []).extend(r["confirm"].get("best") or [])
-        elif r.get("kind") == "supervisor_due":
-            due = (n, str(r.get("reason")))
-        elif r.get("kind") == "supervisor_record":
-            due = None
+        if r:
+            fold.counters(n, r)
+    due = fold.due
     recorded = {k: v for k, v in state.remeasured.items() if v}
-    remeasured = {k: v for k, v in remeasured.items() if v}  # a confirmation that failed at once
+    remeasured = {k: v for k, v in fold.remeasured.items() if v}  # a confirmation that failed at once
     if recorded != remeasured:
         problems.append(f"run.json's re-measurements of the best {recorded} are not those the trajectory "
                         f"records {remeasured}")

@@ -93,7 +93,7 @@ class Fold:
     start_terms: Any = None
 
     def counters(self, n: int, r: dict[str, Any]) -> None:
-        """Re-measurements and the supervisor's due state (as the full check folds them)."""
+        """Re-measurements and the supervisor's due state (the full check folds them here too)."""
         if r.get("kind") == "submit" and isinstance(r.get("confirm"), dict) and isinstance(r.get("best_before"), int):
             self.remeasured.setdefault(r["best_before"], []).extend(r["confirm"].get("best") or [])
         elif r.get("kind") == "supervisor_due":
