@@ -22,10 +22,10 @@ from avo.colony import ColonyState, Migrant, MigrantOrigin, append_event, colony
 from avo.contract import better
 from avo.engine import Run, SubmitOutcome, open_run, submit
 from avo.errors import AvoError, BlockedError
+from avo.evolve import STEP_KINDS
 from avo.lineage import CandidateError
 from avo.state import append_trajectory, read_trajectory, run_lock
 
-STEP_KINDS = ("submit", "agent_step")
 SKIPPED = "migration_skipped"
 
 

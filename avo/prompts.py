@@ -145,7 +145,8 @@ def _notes(run: Run) -> str:
 def _migrants(run: Run, digits: int | None) -> str:
     """What arrived from other islands since this island's agent last stepped, and where to look."""
     from avo.colony import colony_of
-    from avo.migration import STEP_KINDS, arrivals
+    from avo.evolve import STEP_KINDS
+    from avo.migration import arrivals
 
     colony = colony_of(run.paths)
     if colony is None:
