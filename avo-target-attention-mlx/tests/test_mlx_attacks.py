@@ -247,7 +247,11 @@ def test_work_between_calls_is_caught(tmp_path: Path) -> None:
         """
     result = evaluate(write_candidate(tmp_path, source))
     assert result["correct"] is False
-    assert "of CPU between its calls" in result["error"], result["error"]
+    # CPU is sampled from /proc in 10 ms ticks, and the handler also fires inside calls: which
+    # side of a call a tick is charged to is chance, so either CPU check may be the one that
+    # trips (CI once saw 0.06 s charged to 0.03 s of calls). Both name CPU the calls did not do.
+    assert ("of CPU between its calls" in result["error"]
+            or "s of calls on one pinned CPU: work ran in parallel elsewhere" in result["error"]), result["error"]
 
 
 def test_timed_calls_are_checked_on_every_row(tmp_path: Path) -> None:
