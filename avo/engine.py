@@ -134,16 +134,24 @@ def _hashes(spec: TargetSpec, kb: Path, runs_root: Path) -> dict[str, dict[str, 
             RUNTIME_KEY: runtime_hashes(plugin=spec.directory is None)}
 
 
-def evaluator_hashes(
-    spec: TargetSpec, recorded: dict[str, str], runs_dir: Path | None = None
-) -> tuple[Path, dict[str, str], dict[str, str]]:
-    """``(root, recorded, current)`` hashes of the evaluator, compared like with like."""
+def _recorded_evaluator(
+    spec: TargetSpec, recorded: dict[str, str], runs_dir: Path | None
+) -> tuple[Path, set[Path], dict[str, str]]:
+    """``(root, excluded, recorded)``: the evaluator's tree and the recorded hashes that count."""
     root, exclude = _evaluator_tree(spec)
     if runs_dir is not None:
         exclude.add(runs_dir)  # the runs directory, when it sits inside the target
     skipped = {p.relative_to(root).as_posix() + "/" for p in exclude if p.is_relative_to(root)}
     # Runs recorded before seed/ and kb/ were left out still compare like with like.
     kept = {k: v for k, v in recorded.items() if not any(k.startswith(prefix) for prefix in skipped)}
+    return root, exclude, kept
+
+
+def evaluator_hashes(
+    spec: TargetSpec, recorded: dict[str, str], runs_dir: Path | None = None
+) -> tuple[Path, dict[str, str], dict[str, str]]:
+    """``(root, recorded, current)`` hashes of the evaluator, compared like with like."""
+    root, exclude, kept = _recorded_evaluator(spec, recorded, runs_dir)
     return root, kept, hash_tree(root, exclude)
 
 
@@ -170,7 +178,8 @@ def _job_fields(run: Run) -> dict[str, Any]:
     from avo import evaluator_copy
 
     spec = run.state.target
-    _, recorded, _ = evaluator_hashes(spec, run.state.hashes.get("evaluator", {}), runs_home(run.paths.root.parent))
+    # The job's executor hashes the evaluator where it runs; no need to hash it here too.
+    _, _, recorded = _recorded_evaluator(spec, run.state.hashes.get("evaluator", {}), runs_home(run.paths.root.parent))
     runtime = run.state.hashes.get(evaluator_copy.RUNTIME_KEY)
     if runtime is None:  # a run recorded before the copy existed: what runs now is its baseline
         runtime = run.state.hashes[evaluator_copy.RUNTIME_KEY] = evaluator_copy.runtime_hashes(
@@ -736,7 +745,10 @@ def start_run(
     partial.rename(final)
     run = Run(RunPaths(final.resolve()), state)
     _write_avo_eval(run.paths)
-    return run
+    with run_lock(run.paths):
+        # The full check, once, writes the first checkpoint: from here every reader
+        # (`avo status`, the MCP tools) takes the incremental path, in-process.
+        return Run(run.paths, check_record(run.paths, load_state(run.paths), locked=True))
 
 
 # -- evaluate ------------------------------------------------------------------------------
@@ -888,10 +900,16 @@ def _migrant_tree(lineage: Lineage, migrant: Migrant, limits: WorkLimits) -> str
         raise CandidateError(f"the donor's backup cannot be read: {str(exc).splitlines()[0]}") from None
 
 
-def _archive_late_edits(run: Run, step: int, measured: str, notes: list[str]) -> None:
+def _archive_late_edits(run: Run, step: int, measured: str, notes: list[str], since: str | None = None) -> None:
     """Archive in rejected/ how work/ differs from ``measured`` (edits made while a candidate was
-    evaluated), before a reset replaces work/."""
+    evaluated), before a reset replaces work/.
+
+    ``since``: work/'s :meth:`~avo.lineage.Lineage.work_signature` from before ``measured`` was
+    snapshotted; unchanged, nothing was written since, and the second snapshot is skipped.
+    """
     lineage, paths = run.lineage, run.paths
+    if since is not None and lineage.work_signature() == since:
+        return
     measured = lineage.tree_of(measured)
     late_tree = lineage.snapshot_tree()
     late = lineage.diff(measured, late_tree) if late_tree != measured else ""
@@ -934,6 +952,8 @@ def submit(
             notes.append(f"work/ HEAD was moved off v{best.n} (agent commits or resets); "
                          "its content is taken as one candidate")
         check_work_limits(paths.work, state.target.work_limits)
+        # Taken before the snapshot: any edit from here on changes it (see _archive_late_edits).
+        signature = lineage.work_signature() if migrant is None else None
         tree = lineage.snapshot_tree() if migrant is None else _migrant_tree(lineage, migrant, state.target.work_limits)
         diff = lineage.diff(best.sha, tree)
         if not diff.strip():
@@ -1051,7 +1071,8 @@ def submit(
             record["diff"] = str(diff_path.relative_to(paths.root))
             # Edits made to work/ while the candidate was being measured are not part of it,
             # and the reset below would destroy them: archive them too.
-            _archive_late_edits(run, step, tree if migrant is None else best.sha, notes)  # a migrant left work/ alone
+            _archive_late_edits(run, step, tree if migrant is None else best.sha, notes,  # a migrant left work/ alone
+                                since=signature)
             write_json_atomic(paths.journal, json.dumps(
                 {"kind": "reject", "step": step, "record": record, "diff_path": str(diff_path)}))
             state.failures_in_row = state.failures_in_row + 1 if outcome == "failed" else 0

@@ -39,12 +39,14 @@ def startup_files() -> dict[str, str]:
     """``{name: sha256}`` of what every interpreter start runs: ``.pth`` files, ``sitecustomize``."""
     out: dict[str, str] = {}
     for folder in _site_dirs():
-        for entry in sorted(folder.iterdir()):
-            if entry.suffix == ".pth" or entry.name in ("sitecustomize.py", "usercustomize.py"):
-                try:
-                    out[f"site:{entry.name}"] = hashlib.sha256(entry.read_bytes()).hexdigest()
-                except OSError:
-                    continue
+        # Filter the names before sorting: a site-packages folder holds hundreds of entries.
+        names = sorted(n for n in os.listdir(folder)
+                       if n.endswith(".pth") or n in ("sitecustomize.py", "usercustomize.py"))
+        for name in names:
+            try:
+                out[f"site:{name}"] = hashlib.sha256((folder / name).read_bytes()).hexdigest()
+            except OSError:
+                continue
     for folder in map(Path, sys.path):
         for name in ("sitecustomize.py", "usercustomize.py"):
             p = folder / name

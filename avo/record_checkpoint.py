@@ -209,17 +209,16 @@ def fresh_checkpoint(state: RunState, data: bytes, records: list[dict[str, Any] 
 
 def _new_versions_agree(paths: RunPaths, state: RunState, cp: Checkpoint, locked: bool) -> bool:
     """The versions added since ``cp`` against avo's private backup, as the full check does it."""
-    from avo.lineage import BRANCH, META_DIR, _objects, _parse_commit, blob_id, ref_of
+    from avo.lineage import BRANCH, META_DIR, _parse_commit, blob_id, read_any, ref_of
     from avo.record_format import parse_trailers, scores_line
 
     backup, versions = paths.backup, state.versions
     if not (backup / "HEAD").exists():
         return False
-    store = _objects(backup)
     new = versions[cp.versions:]
     anchor = versions[cp.versions - 1]
     if not new:
-        got = store.read(anchor.sha)
+        got = read_any(backup, anchor.sha)
         if got is None or got[1] != "commit":
             return False
     else:
@@ -227,7 +226,7 @@ def _new_versions_agree(paths: RunPaths, state: RunState, cp: Checkpoint, locked
         # run.json names, with its tree and trailers, and the walk lands exactly on the anchor.
         spec = new[-1].sha
         for v in reversed(new):
-            got = store.read(spec)
+            got = read_any(backup, spec)
             if got is None or got[1] != "commit" or got[0] != v.sha:
                 return False
             c = _parse_commit(got[0], got[2])
@@ -241,13 +240,13 @@ def _new_versions_agree(paths: RunPaths, state: RunState, cp: Checkpoint, locked
             return False
         # Each new version's scores file is the anchor's (verified with the prefix) plus one
         # line per version since, exactly.
-        base = store.read(f"{anchor.sha}:{META_DIR}/scores.jsonl")
+        base = read_any(backup, f"{anchor.sha}:{META_DIR}/scores.jsonl")
         if base is None or base[1] != "blob":
             return False
         content = base[2]
         for v in new:
             content += scores_line(v).encode()
-            got = store.read(f"{v.sha}:{META_DIR}/scores.jsonl")
+            got = read_any(backup, f"{v.sha}:{META_DIR}/scores.jsonl")
             if got is None or got[0] != blob_id(content):
                 return False
     return not locked or ref_of(backup, f"refs/heads/{BRANCH}") == versions[-1].sha
@@ -330,7 +329,12 @@ def _terms_agree(paths: RunPaths, state: RunState, fold: Fold, terms: Any, terms
     from avo.record_check import _differences
     from avo.record_format import parse_trailers
 
-    pinned = parse_trailers(commit_message(paths.backup, state.versions[0].sha) or "").terms
+    if not (paths.backup / "HEAD").exists():  # no backup to read: the full check names it
+        return False
+    message = commit_message(paths.backup, state.versions[0].sha)
+    if message is None:  # v0's commit cannot be read (or does not hash to its id): the full check says why
+        return False
+    pinned = parse_trailers(message).terms
     if pinned is None:
         return True
     recorded = fold.start_terms

@@ -135,7 +135,9 @@ def interpreter() -> str:
 
 
 def _covered(path: Path, roots: Iterable[Path]) -> bool:
-    return any(path == r or r in path.parents for r in roots)
+    # On strings: `r in path.parents` builds a Path per parent, per root (ms per evaluation).
+    text = str(path)
+    return any(text == str(r) or text.startswith(str(r).rstrip("/") + "/") for r in roots)
 
 
 def bwrap_args(box: Sandbox) -> list[str]:
@@ -223,12 +225,32 @@ def popen(argv: Sequence[str], box: Sandbox, *, level: Level | None = None, **kw
     return subprocess.Popen(command, env=env, cwd=cwd, **kwargs)
 
 
+_PACKAGE_DIRS: dict[tuple[tuple[str, int], ...], list[Path]] = {}
+
+
 def installed_package_dirs() -> list[Path]:
     """Folders of avo and of every installed ``avo`` plugin package.
 
     A sandbox hides them: a candidate must not read a target's engine, references or seed
     formulas through the interpreter's site-packages.
     """
+    # Scanning every distribution's entry points costs ~10 ms a submit; installing or removing
+    # a distribution changes its site directory's mtime, so that is the cache's key.
+    key = tuple((entry, _mtime_ns(entry)) for entry in sys.path)
+    if key not in _PACKAGE_DIRS:
+        _PACKAGE_DIRS.clear()
+        _PACKAGE_DIRS[key] = _scan_package_dirs()
+    return list(_PACKAGE_DIRS[key])
+
+
+def _mtime_ns(entry: str) -> int:
+    try:
+        return os.stat(entry or ".").st_mtime_ns
+    except OSError:
+        return -1
+
+
+def _scan_package_dirs() -> list[Path]:
     from importlib import metadata
 
     import avo

@@ -280,6 +280,29 @@ def test_edits_made_during_a_rejected_submit_are_archived(toy: Path, runs_root: 
     assert any("edited during the evaluation" in n for n in out.notes)
 
 
+def test_a_same_size_edit_with_its_mtime_put_back_is_archived_too(toy: Path, runs_root: Path,
+                                                                    core_plugins: None) -> None:
+    # A rejected submit snapshots work/ again only if work/ was written during the evaluation,
+    # judged by every entry's ctime, which `touch -r` (os.utime) cannot put back.
+    evaluator = toy / "eval.py"
+    evaluator.write_text(evaluator.read_text().replace(
+        '    path = workdir / "solution.py"\n',
+        '    import os\n'
+        '    idea = workdir.parents[2] / "work" / "idea.txt"\n'
+        '    if "X = 2" in (workdir / "solution.py").read_text():\n'
+        '        st = idea.stat()\n'
+        '        idea.write_text("second\\n")\n'
+        '        os.utime(idea, ns=(st.st_atime_ns, st.st_mtime_ns))\n'
+        '    path = workdir / "solution.py"\n'))
+    run = start_run(str(toy), runs_root, sandbox="none")
+    (run.paths.work / "idea.txt").write_text("first!\n")
+    set_constants(run.paths.work, x=2, y=-20)
+    out = submit(run, "worse, while the agent rewrote its notes")
+    assert out.outcome == "rejected"
+    late = run.paths.rejected / "step0001-edited-during-evaluation.diff"
+    assert late.exists() and "-first!" in late.read_text() and "+second" in late.read_text()
+
+
 # -- target.yaml and the CLI's inputs ------------------------------------------------------
 
 

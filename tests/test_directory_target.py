@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,21 @@ def test_bad_durations() -> None:
     for bad in ("-1s", "0", "ten minutes", "5 parsecs"):
         with pytest.raises(ValueError):
             parse_duration(bad)
+
+
+def test_an_edit_is_seen_even_with_its_size_and_mtime_put_back(toy: Path) -> None:
+    # target.yaml is read once per submit and remembered; the memory is keyed on the file's
+    # change time too, which `touch -r` cannot set back.
+    write_spec(toy, BASE + "score:\n  direction: maximize\n")
+    assert spec_from_folder(toy).direction == "maximize"
+    spec = toy / "target.yaml"
+    st = spec.stat()
+    write_spec(toy, BASE + "score:\n  direction: minimize\n")
+    assert spec.stat().st_size == st.st_size
+    os.utime(spec, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert spec_from_folder(toy).direction == "minimize"
+    write_spec(toy, BASE + "seed: nowhere\n")  # the folder check runs on every read, remembered or not
+    with pytest.raises(SpecError, match="nowhere does not exist"):
+        spec_from_folder(toy)
+    with pytest.raises(SpecError, match="nowhere does not exist"):
+        spec_from_folder(toy)

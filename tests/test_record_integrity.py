@@ -594,3 +594,28 @@ def test_counters_that_steer_the_policy_are_checked(toy: Path, runs_root: Path, 
     code, out = avo("recover")
     assert code == 0 and "re-measurements {1: [0.1, 0.1]} -> {} (from the trajectory)" in out, out
     assert avo("status")[0] == 0
+
+
+def test_a_forged_loose_object_is_not_read_as_the_commit_it_is_named_after(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # Read-only commands read avo's loose objects in-process (no GitPython, no cat-file): the
+    # content must hash to the object's name. `git cat-file` itself does not check that.
+    import zlib
+
+    from avo.lineage import commit_message, read_any
+
+    run = start_run(str(toy), runs_root)
+    sha = run.state.versions[0].sha
+    backup = run.paths.backup
+    honest = commit_message(backup, sha)
+    assert honest and "forged" not in honest
+    path = backup / "objects" / sha[:2] / sha[2:]
+    body = (zlib.decompress(path.read_bytes()).partition(b"\0")[2]
+            .replace(b"\n\n", b"\n\nforged: no terms pinned here\n\n", 1))
+    path.chmod(0o644)
+    path.write_bytes(zlib.compress(b"commit %d\0" % len(body) + body))
+    assert read_any(backup, sha) is None
+    assert commit_message(backup, sha) is None
+    # git itself hands the forged content out under the old name.
+    shown = subprocess.run(["git", "--git-dir", str(backup), "cat-file", "commit", sha], capture_output=True)
+    assert b"forged" in shown.stdout

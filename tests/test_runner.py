@@ -135,3 +135,4 @@ def test_missing_evaluator_program(tmp_path: Path) -> None:
     out = run_child(["/nonexistent/evaluator"], cwd=tmp_path, timeout=5, limits=ResourceLimits(),
                     log_path=tmp_path / "e.log")
     assert "could not start the evaluator" in (out.result.error or "")
+

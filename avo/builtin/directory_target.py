@@ -134,11 +134,35 @@ def _format_errors(path: Path, exc: ValidationError) -> str:
     return "\n".join(lines)
 
 
+# One submit reads a target's file several times (the evaluator's tree, the job, the copy).
+# Keyed on the file's identity and change time, which a same-user process cannot set back.
+_LOADED: dict[tuple[str, int, int, int, int], TargetFile] = {}
+
+
 def load_target_file(folder: Path) -> TargetFile:
     """Read and validate ``folder/target.yaml``; errors name the file and the field."""
+    path = folder / SPEC_FILE
+    try:
+        st = path.stat()
+    except OSError:
+        st = None
+    key = (str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) if st else None
+    if key is not None and key in _LOADED:
+        spec = _LOADED[key]
+    else:
+        spec = _parse_target_file(path)
+        if key is not None:
+            _LOADED.clear()  # one entry per process is all a run needs; never grows
+            _LOADED[key] = spec
+    for field, rel in (("seed", spec.seed), ("knowledge_base", spec.knowledge_base)):
+        if rel is not None and not (folder / rel).is_dir():
+            raise SpecError(f"{path}: field '{field}': folder {folder / rel} does not exist")
+    return spec.model_copy(deep=True)
+
+
+def _parse_target_file(path: Path) -> TargetFile:
     import yaml
 
-    path = folder / SPEC_FILE
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -151,9 +175,6 @@ def load_target_file(folder: Path) -> TargetFile:
         spec = TargetFile.model_validate(raw)
     except ValidationError as exc:
         raise SpecError(_format_errors(path, exc)) from None
-    for field, rel in (("seed", spec.seed), ("knowledge_base", spec.knowledge_base)):
-        if rel is not None and not (folder / rel).is_dir():
-            raise SpecError(f"{path}: field '{field}': folder {folder / rel} does not exist")
     return spec
 
 

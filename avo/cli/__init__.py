@@ -13,6 +13,6 @@ def main() -> None:
     if warning:
         print(f"avo: warning: {warning}", file=sys.stderr)
 
-    from avo.cli.app import app
+    from avo.cli.app import for_args
 
-    app()
+    for_args(sys.argv[1:])()

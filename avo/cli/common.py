@@ -7,10 +7,12 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 RunsDir = Annotated[
     Path | None,
@@ -57,8 +59,31 @@ ExecutorOptionsOpt = Annotated[list[str] | None, typer.Option(
 EXIT_ERROR = 1
 EXIT_BLOCKED = 3
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class _LazyConsole:
+    """The commands' rich console, made on first use: rich costs ~25 ms to import, which
+    `avo --help` and commands that print plain text need not pay."""
+
+    def __init__(self, **options: Any):
+        self._options = options
+        self._console: Console | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(highlight=False, soft_wrap=True, **self._options)
+        return getattr(self._console, name)
+
+
+out: Any = _LazyConsole()
+err: Any = _LazyConsole(stderr=True)
+
+
+def say(text: str) -> None:
+    """Print plain text as it is (no markup, no emoji codes): most of what avo prints."""
+    print(text, flush=True)
 
 F = TypeVar("F", bound=Callable[..., Any])
 

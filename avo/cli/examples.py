@@ -15,6 +15,7 @@ from avo.cli.common import (
     key_values,
     out,
     runs_root,
+    say,
     user_errors,
 )
 
@@ -66,8 +67,7 @@ def register(app: typer.Typer) -> None:
                                    f"`avo verify {example}/island-K --version N`")
                 results = verify_colony(example, executor=executor, executor_options=opts)
                 for name, res in results:
-                    out.print(f"{name}: {'OK' if res.ok else 'MISMATCH'}: v{res.version.n} — {res.detail}",
-                              markup=False)
+                    say(f"{name}: {'OK' if res.ok else 'MISMATCH'}: v{res.version.n} — {res.detail}")
                 if not results or not all(res.ok for _, res in results):
                     raise typer.Exit(1)
                 return
@@ -77,7 +77,7 @@ def register(app: typer.Typer) -> None:
             from avo.numbers import digits_to_separate, fmt_number
 
             verdict = "OK" if result.ok else "MISMATCH"
-            out.print(f"{verdict}: v{result.version.n} — {result.detail}", markup=False)
+            say(f"{verdict}: v{result.version.n} — {result.detail}")
             v = result.version
             pairs = [(v.scalar, result.scalar)] if result.scalar is not None else []
             pairs += [(x, result.metrics[k]) for k, x in v.metrics.items() if k in result.metrics]
@@ -85,7 +85,6 @@ def register(app: typer.Typer) -> None:
             for label, scalar, metrics in (("recorded", v.scalar, v.metrics),
                                            ("measured", result.scalar, result.metrics)):
                 vector = ", ".join(f"{k} {fmt_number(x, d)}" for k, x in metrics.items())
-                out.print(f"  {label}: scalar {fmt_number(scalar, d)}" + (f" ({vector})" if vector else ""),
-                          markup=False)
+                say(f"  {label}: scalar {fmt_number(scalar, d)}" + (f" ({vector})" if vector else ""))
             if not result.ok:
                 raise typer.Exit(1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from avo.cli.common import JsonFlag, RunRef, RunsDir, err, out, print_json, runs_root, user_errors
+from avo.cli.common import JsonFlag, RunRef, RunsDir, err, print_json, runs_root, say, user_errors
 
 
 def register(app: typer.Typer) -> None:
@@ -27,5 +27,5 @@ def register(app: typer.Typer) -> None:
                             "best": f"v{best.n}", "best_scalar": best.scalar})
                 return
             for line in notes:
-                out.print(f"- {line}", markup=False)
+                say(f"- {line}")
             err.print(f"recovered {r.state.id}: {len(r.state.versions)} versions, best v{best.n} = {best.scalar!r}")

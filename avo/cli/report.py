@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from avo.cli.common import JsonFlag, RunRef, RunsDir, out, print_json, runs_root, user_errors
+from avo.cli.common import JsonFlag, RunRef, RunsDir, print_json, runs_root, say, user_errors
 
 RunArg = Annotated[
     str | None,
@@ -30,7 +30,7 @@ def _wrote(run_id: str, path: Path, json_out: bool) -> None:
     if json_out:
         print_json({"run": run_id, "path": str(path.resolve())})
     else:
-        out.print(f"wrote {path}", markup=False)
+        say(f"wrote {path}")
 
 
 def register(app: typer.Typer) -> None:

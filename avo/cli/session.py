@@ -18,9 +18,9 @@ from avo.cli.common import (
     SandboxOpt,
     err,
     key_values,
-    out,
     print_json,
     runs_root,
+    say,
     user_errors,
 )
 
@@ -36,7 +36,7 @@ def _fmt(x: float | None) -> str:
 
 def _print_lines(lines: list[str]) -> None:
     for line in lines:
-        out.print(line, markup=False)
+        say(line)
 
 
 def _print_eval(report: EvalReport, run: Run) -> None:
@@ -103,9 +103,9 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
                                       progress=lambda m: err.print(m), max_steps=max_steps, quick=quick,
                                       stall_limit=stall_limit, sandbox=sandbox, executor=executor,
                                       executor_options=key_values(executor_option, "--executor-option"))
-                out.print(f"started colony {folder.name} at {folder} ({policy.describe()})", markup=False)
+                say(f"started colony {folder.name} at {folder} ({policy.describe()})")
                 for k in range(1, islands + 1):
-                    out.print(f"  island-{k}: avo prompt --run {folder}/island-{k}", markup=False)
+                    say(f"  island-{k}: avo prompt --run {folder}/island-{k}")
                 return
             run = start_run(target, runs_root(runs_dir), max_steps=max_steps, quick=quick,
                             stall_limit=stall_limit, from_ref=from_run, progress=lambda m: err.print(m),
@@ -114,7 +114,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
             v0 = run.state.versions[0]
             err.print(f"started {run.state.id}: x_0 = {_fmt(v0.scalar)} at {run.paths.root}")
             if not no_prompt:
-                out.print(variation_prompt(run), markup=False)
+                say(variation_prompt(run))
 
     @app.command()
     def prompt(run: RunRef = None, runs_dir: RunsDir = None) -> None:
@@ -125,7 +125,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
         with user_errors():
             r = open_run(run, runs_root(runs_dir))
             _check_can_step(r.state)
-            out.print(variation_prompt(r), markup=False)
+            say(variation_prompt(r))
 
     @app.command("eval")
     def eval_(
@@ -195,7 +195,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
                 if came is not None:
                     from avo.migration import offer_line
 
-                    out.print(offer_line(came, r), markup=False)
+                    say(offer_line(came, r))
 
     @app.command()
     def revert(
@@ -212,7 +212,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
             r = open_run(run, runs_root(runs_dir))
             from avo.summaries import revert_line
 
-            out.print(revert_line(do_revert(r, message), r), markup=False)
+            say(revert_line(do_revert(r, message), r))
 
     @app.command()
     def status(run: RunRef = None, runs_dir: RunsDir = None, json_out: JsonFlag = False) -> None:
@@ -287,7 +287,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
                 lines = attempt_lines(read_trajectory(r.paths), display_digits(r.state))
                 _print_lines(lines or ["no attempts yet"])
                 return
-            out.print(lineage_table(r.state, rows=10**9), markup=False)
+            say(lineage_table(r.state, rows=10**9))
 
     @app.command()
     def runs(
@@ -324,24 +324,23 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
                               for p in partials])
                 return
             for p in removed:
-                out.print(f"removed {p.path}", markup=False)
+                say(f"removed {p.path}")
             for c in colonies:
                 when = time.strftime("%Y-%m-%d %H:%M", time.localtime(c.created))
-                out.print(f"{c.id:<40} {c.target:<16} {when}  colony of {len(c.islands)} islands "
-                          f"(`avo status --run {c.id}`)", markup=False)
+                say(f"{c.id:<40} {c.target:<16} {when}  colony of {len(c.islands)} islands "
+                    f"(`avo status --run {c.id}`)")
             if not states and not partials and not colonies:
-                out.print(f"no runs under {root.resolve()}", markup=False)
+                say(f"no runs under {root.resolve()}")
             for s in states:
                 when = time.strftime("%Y-%m-%d %H:%M", time.localtime(s.created))
-                out.print(f"{s.id:<40} {s.target.name:<16} {when}  steps {s.steps:>3}  "
-                          f"v{s.best_version.n} = {_fmt(s.best_version.scalar)}", markup=False)
+                say(f"{s.id:<40} {s.target.name:<16} {when}  steps {s.steps:>3}  "
+                    f"v{s.best_version.n} = {_fmt(s.best_version.scalar)}")
             for p in partials:
                 what = "still starting" if p.alive else "unfinished start (failed or interrupted)"
                 log = f"; log {p.logs[-1]}" if p.logs else ""
-                out.print(f"{p.path.name:<40} {what}{log}", markup=False)
+                say(f"{p.path.name:<40} {what}{log}")
             if any(not p.alive for p in partials):
-                out.print("`avo runs --clean` removes the unfinished ones (the next `avo start` does too)",
-                          markup=False)
+                say("`avo runs --clean` removes the unfinished ones (the next `avo start` does too)")
 
 
 def read_text_arg(text: str | None, file: Path | None) -> str:
