@@ -99,6 +99,10 @@ def test_cli_errors_are_clean(runs_root: Path, core_plugins: None, tmp_path: Pat
     (bad / "target.yaml").write_text("name: bad\n")
     code, out = avo("start", "--target", str(bad))
     assert code == 1 and "field 'entrypoint': required field is missing" in out
+    # Brackets in a message are text: once read as rich markup, "[/x]" crashed the error printer
+    # and "[0]" vanished.
+    code, out = avo("start", "--target", "[0][/work/x]")
+    assert code == 1 and "unknown target '[0][/work/x]'" in out, out
 
 
 def test_cli_listings(core_plugins: None, toy: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

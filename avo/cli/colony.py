@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from avo.cli.common import EXIT_ERROR, err, runs_root
+from avo.cli.common import EXIT_ERROR, runs_root, say, shout
 
 EXIT_INTERRUPTED = 130
 
@@ -45,8 +45,8 @@ def colony_evolve(*, target: str | None, backend: str | None, colony: Path | Non
         if target or islands:
             raise AvoError("give either --target/--islands (a new colony) or --resume COLONY, not both")
         if migration or migrate_every or island_option or quick or stall_limit or executor_options:
-            err.print("note: --migration, --migrate-every, --island-option, --quick, --stall-limit and the executor "
-                      "are fixed when a colony starts; ignored on --resume")
+            say("note: --migration, --migrate-every, --island-option, --quick, --stall-limit and the executor "
+                      "are fixed when a colony starts; ignored on --resume", err=True)
         previous = last_colony_config(colony) or {}
     chosen = backend or previous.get("backend")
     if not chosen:
@@ -77,14 +77,14 @@ def colony_evolve(*, target: str | None, backend: str | None, colony: Path | Non
             if not info.available:
                 raise AvoError(f"backend {spec.backend or chosen!r} of {spec.name} cannot run here: "
                                f"{info.reason or 'not available'}; nothing was started")
-        colony = start_colony(target, runs_root(runs_dir), specs, policy, progress=lambda m: err.print(m),
+        colony = start_colony(target, runs_root(runs_dir), specs, policy, progress=lambda m: say(m, err=True),
                               parallel=parallel,
                               max_steps=config.max_steps, quick=quick, stall_limit=stall_limit, sandbox=sandbox,
                               executor=executor, executor_options=executor_options)
-        err.print(f"started colony {colony.name} at {colony}")
+        say(f"started colony {colony.name} at {colony}", err=True)
     else:
-        for name in start_missing(colony, progress=lambda m: err.print(m), parallel=parallel):
-            err.print(f"started {name}, which the interrupted start had not reached")
+        for name in start_missing(colony, progress=lambda m: say(m, err=True), parallel=parallel):
+            say(f"started {name}, which the interrupted start had not reached", err=True)
     reporter = _reporter(json_log, plain)
     try:
         summary = evolve_colony(colony, config, parallel=parallel, reporter=reporter)
@@ -93,11 +93,10 @@ def colony_evolve(*, target: str | None, backend: str | None, colony: Path | Non
         if close is not None:
             close()
     if summary.interrupted:
-        err.print(f"interrupted; continue with: avo evolve --resume {colony}")
+        say(f"interrupted; continue with: avo evolve --resume {colony}", err=True)
         raise typer.Exit(EXIT_INTERRUPTED)
     if summary.failed:
-        err.print(f"[bold red]error:[/] {summary.stop_reason} (see each island's logs/colony-driver.log)",
-                  markup=True)
+        shout("error:", "bold red", f"{summary.stop_reason} (see each island's logs/colony-driver.log)")
         raise typer.Exit(EXIT_ERROR)
 
 

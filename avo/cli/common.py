@@ -81,11 +81,20 @@ out: Any = _LazyConsole()
 err: Any = _LazyConsole(stderr=True)
 
 
-def say(text: str) -> None:
-    """Print plain text as it is (no markup, no emoji codes): most of what avo prints."""
-    print(text, flush=True)
+def say(text: str, *, err: bool = False) -> None:
+    """Print plain text as it is (no markup, no emoji codes) to stdout, or stderr with ``err``:
+    most of what avo prints (rich is imported only for tables and coloured errors)."""
+    print(text, file=sys.stderr if err else sys.stdout, flush=True)
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def shout(label: str, style: str, text: str) -> None:
+    """``label`` in ``style``, then ``text`` exactly as it is, on stderr: a message with
+    brackets in it (a path such as ``[/tmp/x]``, an index ``[0]``) is text, not rich markup."""
+    from rich.markup import escape
+
+    err.print(f"[{style}]{label}[/] {escape(text)}", markup=True)
 
 
 @contextmanager
@@ -96,17 +105,17 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except BlockedError as exc:
-        err.print(f"[bold yellow]blocked:[/] {exc}", markup=True)
+        shout("blocked:", "bold yellow", str(exc))
         raise typer.Exit(EXIT_BLOCKED) from None
     except AvoError as exc:
-        err.print(f"[bold red]error:[/] {exc}", markup=True)
+        shout("error:", "bold red", str(exc))
         raise typer.Exit(EXIT_ERROR) from None
     except OSError as exc:  # a path that is missing, unwritable or not a folder
         where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
-        err.print(f"[bold red]error:[/] {exc.strerror or exc}{where}", markup=True)
+        shout("error:", "bold red", f"{exc.strerror or exc}{where}")
         raise typer.Exit(EXIT_ERROR) from None
     except KeyboardInterrupt:
-        err.print("interrupted")
+        say("interrupted", err=True)
         raise typer.Exit(130) from None
 
 

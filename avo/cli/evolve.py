@@ -13,9 +13,10 @@ from avo.cli.common import (
     ExecutorOptionsOpt,
     RunsDir,
     SandboxOpt,
-    err,
     key_values,
     runs_root,
+    say,
+    shout,
     user_errors,
 )
 
@@ -195,12 +196,12 @@ def register(app: typer.Typer) -> None:
                 if not target:
                     raise AvoError("say which target to evolve: --target NAME|PATH (or --resume RUN)")
                 run = start_run(target, root, max_steps=config.max_steps, quick=quick, stall_limit=stall_limit,
-                                progress=lambda m: err.print(m), sandbox=sandbox, executor=executor,
+                                progress=lambda m: say(m, err=True), sandbox=sandbox, executor=executor,
                                 executor_options=key_values(executor_option, "--executor-option"))
-                err.print(f"started {run.state.id} at {run.paths.root}")
+                say(f"started {run.state.id} at {run.paths.root}", err=True)
             elif quick or stall_limit or executor_option or (executor and executor != run.state.options.executor):
-                err.print("note: --quick, --stall-limit, --executor and --executor-option are fixed when a run "
-                          f"starts; ignored on --resume (this run evaluates on {run.state.options.executor})")
+                say("note: --quick, --stall-limit, --executor and --executor-option are fixed when a run "
+                          f"starts; ignored on --resume (this run evaluates on {run.state.options.executor})", err=True)
             reporter = _reporter(json_log, plain)
             try:
                 summary = run_evolve(run, config, reporter)
@@ -209,8 +210,8 @@ def register(app: typer.Typer) -> None:
                 if close is not None:
                     close()
             if summary.interrupted:
-                err.print(f"interrupted; continue with: avo evolve --resume {run.paths.root}")
+                say(f"interrupted; continue with: avo evolve --resume {run.paths.root}", err=True)
                 raise typer.Exit(EXIT_INTERRUPTED)
             if summary.backend_failed:
-                err.print(f"[bold red]error:[/] stopped: {summary.stop_reason}", markup=True)
+                shout("error:", "bold red", f"stopped: {summary.stop_reason}")
                 raise typer.Exit(EXIT_ERROR)

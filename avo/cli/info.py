@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from avo.cli.common import JsonFlag, err, out, print_json, user_errors
+from avo.cli.common import JsonFlag, out, print_json, say, shout, user_errors
 
 if TYPE_CHECKING:
     from avo.models import TargetSpec
@@ -28,7 +28,7 @@ def _table(title: str, columns: list[str]):  # type: ignore[no-untyped-def]
 
 def _conflicts(conflicts: dict[str, str]) -> None:
     for message in conflicts.values():
-        err.print(f"[bold red]conflict:[/] {message}", markup=True)
+        shout("conflict:", "bold red", message)
 
 
 def visible_gpus() -> list[str]:
@@ -124,7 +124,7 @@ def register(app: typer.Typer) -> None:
             out.print(table)
             bad = sum(1 for r in records if r.error or r.problems)
             if bad:
-                err.print(f"{bad} plugin(s) failed or have problems; see FAILED / PROBLEM above")
+                say(f"{bad} plugin(s) failed or have problems; see FAILED / PROBLEM above", err=True)
 
     @app.command()
     def doctor(

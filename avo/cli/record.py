@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from avo.cli.common import JsonFlag, RunRef, RunsDir, err, print_json, runs_root, say, user_errors
+from avo.cli.common import JsonFlag, RunRef, RunsDir, print_json, runs_root, say, user_errors
 
 
 def register(app: typer.Typer) -> None:
@@ -28,4 +28,4 @@ def register(app: typer.Typer) -> None:
                 return
             for line in notes:
                 say(f"- {line}")
-            err.print(f"recovered {r.state.id}: {len(r.state.versions)} versions, best v{best.n} = {best.scalar!r}")
+            say(f"recovered {r.state.id}: {len(r.state.versions)} versions, best v{best.n} = {best.scalar!r}", err=True)

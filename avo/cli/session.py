@@ -16,7 +16,6 @@ from avo.cli.common import (
     RunRef,
     RunsDir,
     SandboxOpt,
-    err,
     key_values,
     print_json,
     runs_root,
@@ -100,7 +99,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
                 policy = MigrationPolicy(topology=migration or "ring",  # type: ignore[arg-type]
                                          **({"every": migrate_every} if migrate_every else {}))
                 folder = start_colony(target, runs_root(runs_dir), island_specs(islands, {}), policy,
-                                      progress=lambda m: err.print(m), max_steps=max_steps, quick=quick,
+                                      progress=lambda m: say(m, err=True), max_steps=max_steps, quick=quick,
                                       stall_limit=stall_limit, sandbox=sandbox, executor=executor,
                                       executor_options=key_values(executor_option, "--executor-option"))
                 say(f"started colony {folder.name} at {folder} ({policy.describe()})")
@@ -108,11 +107,11 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
                     say(f"  island-{k}: avo prompt --run {folder}/island-{k}")
                 return
             run = start_run(target, runs_root(runs_dir), max_steps=max_steps, quick=quick,
-                            stall_limit=stall_limit, from_ref=from_run, progress=lambda m: err.print(m),
+                            stall_limit=stall_limit, from_ref=from_run, progress=lambda m: say(m, err=True),
                             sandbox=sandbox, executor=executor,
                             executor_options=key_values(executor_option, "--executor-option"))
             v0 = run.state.versions[0]
-            err.print(f"started {run.state.id}: x_0 = {_fmt(v0.scalar)} at {run.paths.root}")
+            say(f"started {run.state.id}: x_0 = {_fmt(v0.scalar)} at {run.paths.root}", err=True)
             if not no_prompt:
                 say(variation_prompt(run))
 
@@ -172,10 +171,10 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
 
         with user_errors():
             r = open_run(run, runs_root(runs_dir))
-            res = do_submit(r, message, progress=None if json_out else (lambda line: err.print(line)))
+            res = do_submit(r, message, progress=None if json_out else (lambda line: say(line, err=True)))
             from avo.migration import offer_if_due
 
-            came = offer_if_due(r, progress=None if json_out else (lambda line: err.print(line)))
+            came = offer_if_due(r, progress=None if json_out else (lambda line: say(line, err=True)))
             if came is not None:
                 r = open_run(r.paths.root, runs_root(runs_dir))
             if json_out:
@@ -273,7 +272,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
             from avo.record_check import describe_flags
 
             for flag in describe_flags(r.paths):  # lines `avo recover` found broken: named, not shown
-                err.print(f"note: {flag}", markup=False)
+                say(f"note: {flag}", err=True)
             if json_out:
                 data: Any = [v.model_dump() for v in r.state.versions]
                 if attempts:
@@ -314,7 +313,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
                     try:
                         colonies.append(load_colony(folder))
                     except AvoError as exc:  # any island's agent can write it: the other runs are still listed
-                        err.print(f"note: {exc}", markup=False)
+                        say(f"note: {exc}", err=True)
             if json_out:
                 print_json([{"run": s.id, "target": s.target.name, "versions": len(s.versions), "steps": s.steps,
                              "best": s.best_version.scalar, "created": s.created} for s in states]

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from avo.cli.common import RunRef, RunsDir, err, out, runs_root, say, user_errors
+from avo.cli.common import RunRef, RunsDir, out, runs_root, say, user_errors
 
 app = typer.Typer(help="Review a stalled run and record a redirect.", no_args_is_help=True)
 
@@ -21,7 +21,7 @@ def brief(run: RunRef = None, runs_dir: RunsDir = None) -> None:
         r = open_run(run, runs_root(runs_dir))
         path, text = write_brief(r)
         say(text)
-        err.print(f"(brief saved to {path.relative_to(r.paths.root)})")
+        say(f"(brief saved to {path.relative_to(r.paths.root)})", err=True)
 
 
 @app.command()
