@@ -201,9 +201,9 @@ def test_title_counts_versions_like_status(toy_run: Run, tmp_path: Path) -> None
     assert result.exit_code == 1 and "has v0..v3" in result.output
 
 
-def test_config_panels_follow_the_evaluators_order_not_sorted_names(tmp_path: Path) -> None:
-    """A target that reports config_b before config_a gets its panels and curves in that order
-    (as the prompt's lineage table does), not in run.json's sorted order."""
+def test_config_panels_and_report_columns_follow_the_evaluators_order(tmp_path: Path) -> None:
+    """A target that reports config_b before config_a gets its plot panels and its report's
+    lineage columns in that order (as the prompt's lineage table does), not run.json's sorted one."""
     import shutil
 
     target = tmp_path / "toy-b-first"
@@ -221,3 +221,7 @@ def test_config_panels_follow_the_evaluators_order_not_sorted_names(tmp_path: Pa
     (b_line,) = _by_gid(fig, "config:config_b")
     (a_line,) = _by_gid(fig, "config:config_a")
     assert b_line.axes.get_position().x0 < a_line.axes.get_position().x0  # config_b's panel is left
+    from avo.report import build_report
+
+    html = build_report(run)
+    assert html.index("<th>config_b</th>") < html.index("<th>config_a</th>")  # the report's lineage too
