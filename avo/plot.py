@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from avo.contract import better, gain
 from avo.errors import AvoError
-from avo.prompts import fmt_number
+from avo.prompts import config_order, fmt_number
 from avo.state import read_trajectory
 
 if TYPE_CHECKING:
@@ -135,7 +135,9 @@ def trajectory_data(run: Run, *, x: str = "version") -> TrajectoryData:
              for i in range(len(versions))]
 
     seed = versions[0].metrics
-    names = state.configs or sorted(seed)
+    # The evaluator's own order (as x_0 reported them), like the prompt's lineage table: the
+    # sorted names of run.json put n1024 before n256.
+    names = config_order(state) if state.configs else list(seed)
     configs: dict[str, list[float | None]] = {}
     for name in names:
         base = seed.get(name)

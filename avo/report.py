@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from avo.contract import gain
 from avo.errors import AvoError
 from avo.numbers import display_digits, fmt_pct
+from avo.prompts import config_order
 from avo.state import read_trajectory
 
 if TYPE_CHECKING:
@@ -115,7 +116,7 @@ def _summary(run: Run) -> str:
 def _lineage(run: Run) -> str:
     s = run.state
     d = display_digits(s)
-    configs = s.configs or sorted(s.seed_version.metrics)
+    configs = config_order(s) if s.configs else list(s.seed_version.metrics)  # the evaluator's order
     head = "".join(f"<th>{_e(c)}</th>" for c in configs)
     # Where each version was measured: its submit (or the seed's) record in the trajectory.
     where = {int(r.get("step") or 0): str(r.get("where") or "") for r in read_trajectory(run.paths)

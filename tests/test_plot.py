@@ -199,3 +199,29 @@ def test_title_counts_versions_like_status(toy_run: Run, tmp_path: Path) -> None
     result = CliRunner().invoke(app, ["plot", str(toy_run.paths.root), "-o", str(tmp_path / "z.png"),
                                       "--since", "v9"])
     assert result.exit_code == 1 and "has v0..v3" in result.output
+
+
+def test_config_panels_and_report_columns_follow_the_evaluators_order(tmp_path: Path) -> None:
+    """A target that reports config_b before config_a gets its plot panels and its report's
+    lineage columns in that order (as the prompt's lineage table does), not run.json's sorted one."""
+    import shutil
+
+    target = tmp_path / "toy-b-first"
+    shutil.copytree(FIXTURES / "toy", target)
+    evaluator = target / "eval.py"
+    text = evaluator.read_text()
+    reported = '"metrics": score(x, y),'
+    assert reported in text
+    evaluator.write_text(text.replace(reported, '"metrics": dict(reversed(list(score(x, y).items()))),'))
+    run = start_run(str(target), tmp_path / "runs")
+    assert list(run.state.versions[0].metrics) == ["config_b", "config_a"]
+    assert run.state.configs == ["config_a", "config_b"]  # the record keeps them sorted
+    assert list(trajectory_data(run).configs) == ["config_b", "config_a"]
+    fig = build_figure(run)
+    (b_line,) = _by_gid(fig, "config:config_b")
+    (a_line,) = _by_gid(fig, "config:config_a")
+    assert b_line.axes.get_position().x0 < a_line.axes.get_position().x0  # config_b's panel is left
+    from avo.report import build_report
+
+    html = build_report(run)
+    assert html.index("<th>config_b</th>") < html.index("<th>config_a</th>")  # the report's lineage too
