@@ -69,6 +69,21 @@ def _fill(template: list[str], target_dir: Path, workdir: Path | None) -> list[s
         ) from None
 
 
+# Variables of the shell that ran avo which change how the trusted evaluator, or the libraries
+# it measures with, behave: a preloaded or substituted library runs inside the evaluator
+# (LD_PRELOAD, LD_AUDIT, LD_LIBRARY_PATH), and a BLAS, OpenMP, NumPy, torch or allocator knob
+# slows a reference down (OPENBLAS_CORETYPE, NPY_DISABLE_CPU_FEATURES, GLIBC_TUNABLES, ...).
+# An agent runs `avo submit` from its own shell; none of these reach the evaluator.
+SCRUBBED_PREFIXES = ("LD_", "GLIBC_", "MALLOC_", "PYTHON", "OPENBLAS", "GOTO", "OMP_", "GOMP_", "KMP_", "MKL_",
+                     "BLIS_", "VECLIB_", "NPY_", "NUMPY_", "TORCH_", "PYTORCH_", "MLX_")
+
+
+def inherited_env() -> dict[str, str]:
+    """The environment a plugin target's evaluator inherits: this process's, less what
+    :data:`SCRUBBED_PREFIXES` names (the target's own ``AVO_*`` settings pass)."""
+    return {k: v for k, v in os.environ.items() if not k.upper().startswith(SCRUBBED_PREFIXES)}
+
+
 def _launch(
     spec: TargetSpec, rt: Runtime, workdir: Path | None, log_path: Path, *, quick: bool, baselines: bool,
     pid_file: Path | None = None,
@@ -108,7 +123,7 @@ def _launch(
         cmd.append("--baselines")
     if quick:
         cmd.append("--quick")
-    child_env = {**os.environ, **env, "AVO_LOG_DIR": str(log_path.parent)}
+    child_env = {**inherited_env(), **env, "AVO_LOG_DIR": str(log_path.parent)}
     if rt.secret:
         child_env["AVO_EVAL_SECRET"] = rt.secret
     cwd = rt.scratch / "cwd"  # never the candidate's folder: nothing there can be imported

@@ -372,3 +372,47 @@ def test_an_evaluator_hash_edited_to_match_a_changed_evaluator_is_refused(toy: P
     run.paths.run_json.write_text(json.dumps(data))
     with pytest.raises(AvoError, match=r"hashes.*pinned by v0's commit"):
         open_run(run.paths.root, runs_root)
+
+
+def test_the_shell_environment_cannot_load_a_library_into_the_evaluator(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # An agent runs `avo submit` from its own shell: `LD_PRELOAD=evil.so avo submit` would load
+    # its library into the trusted evaluator (it could rewrite the result on its way out), and
+    # a BLAS or NumPy knob (OPENBLAS_CORETYPE, NPY_DISABLE_CPU_FEATURES) would slow a reference.
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.fail("no C compiler to build the preloaded library")
+    marker = tmp_path / "loaded.txt"
+    src = tmp_path / "evil.c"
+    src.write_text(textwrap.dedent(f"""
+        #include <stdio.h>
+        #include <stdlib.h>
+        __attribute__((constructor)) static void evil(void) {{
+            FILE *f = fopen("{marker}", "a");
+            char line[4096] = {{0}};
+            FILE *c = fopen("/proc/self/cmdline", "r");
+            size_t n = c ? fread(line, 1, sizeof line - 1, c) : 0;
+            for (size_t i = 0; i < n; i++) if (!line[i]) line[i] = ' ';
+            if (f) {{ fprintf(f, "%s | knob=%s\\n", line, getenv("OPENBLAS_CORETYPE") ?: "-"); fclose(f); }}
+            if (c) fclose(c);
+        }}
+        """))
+    lib = tmp_path / "evil.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    spec = find_target("game2048")
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    call_target_hook(spec, "avo_seed", dest=seed)
+    monkeypatch.setenv("LD_PRELOAD", str(lib))
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "PRESCOTT")
+    monkeypatch.setenv("NPY_DISABLE_CPU_FEATURES", "AVX2")
+    evaluated = evaluate_dir(spec, seed, tmp_path / "eval.log", quick=True)
+    assert evaluated.scalar is not None, evaluated.result.error
+    loaded = marker.read_text() if marker.exists() else ""
+    # Other programs avo starts may load it (git, bubblewrap): never the evaluator.
+    assert "avo" in (tmp_path / "eval.log").read_text()
+    # The evaluator starts as `python -I -X pycache_prefix=... -c <boot>` (avo.evaluator_copy).
+    assert "pycache_prefix=" not in loaded, loaded
+    from avo.evaluation import inherited_env
+
+    assert not {"LD_PRELOAD", "OPENBLAS_CORETYPE", "NPY_DISABLE_CPU_FEATURES"} & set(inherited_env())
