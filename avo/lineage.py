@@ -86,6 +86,9 @@ def _git(git_dir: Path, args: Sequence[str], *, work: Path | None = None, index:
     if index is not None:
         env["GIT_INDEX_FILE"] = str(index)
     env["GIT_TERMINAL_PROMPT"] = "0"
+    # The agent may write refs/replace/: a replacement would make git read its commit (its
+    # tree) wherever avo names a version, as the in-process reader never does.
+    env["GIT_NO_REPLACE_OBJECTS"] = "1"
     if readonly:
         env["GIT_OPTIONAL_LOCKS"] = "0"  # no opportunistic index refresh written back
     proc = subprocess.run(["git", *_CONFIG, *args], cwd=work or git_dir, env=env, input=stdin,
