@@ -806,20 +806,27 @@ class Lineage:
         return [sha for sha, g in zip(shas, got, strict=True) if g is None or g[1] != "commit"]
 
     def work_signature(self) -> str:
-        """A digest of every entry's metadata under work/ (``.git`` left out).
+        """A digest of every entry's metadata under work/ (``.git/objects`` left out).
 
         Any write to a file changes its ctime, which no process without root can set back:
         equal digests taken before and after mean nothing in work/ was written in between.
+        work/.git counts too: its HEAD, index, config and info/exclude decide what a snapshot
+        holds and what a reset removes; only its objects are written by avo's own snapshot.
         """
         h = hashlib.sha256()
         top = os.fsencode(self.work)
+        git_dir = os.path.join(top, b".git")
         for root, dirs, files in os.walk(top):
-            if root == top:
-                dirs[:] = [d for d in dirs if d != b".git"]
+            if root == git_dir:
+                dirs[:] = [d for d in dirs if d != b"objects"]
             dirs.sort()
             for name in sorted([*dirs, *files]):
                 path = os.path.join(root, name)
-                st = os.lstat(path)
+                try:
+                    st = os.lstat(path)
+                except OSError:  # removed while walked: written, so never equal to another digest
+                    h.update(os.urandom(16))
+                    continue
                 h.update(b"%s\0%d %d %d %d %d\n" % (path[len(top):], st.st_ino, st.st_mode, st.st_size,
                                                        st.st_mtime_ns, st.st_ctime_ns))
         return h.hexdigest()
