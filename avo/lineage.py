@@ -433,6 +433,22 @@ def blob_id(content: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()
 
 
+def _content_digest(path: bytes) -> bytes:
+    """sha1 of a file's bytes, never following a link; random bytes when it cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return os.urandom(16)
+    h = hashlib.sha1()
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                h.update(chunk)
+    except OSError:
+        return os.urandom(16)
+    return h.digest()
+
+
 class Lineage:
     """The git repository in a run's ``work/``."""
 
@@ -812,6 +828,8 @@ class Lineage:
         equal digests taken before and after mean nothing in work/ was written in between.
         work/.git counts too: its HEAD, index, config and info/exclude decide what a snapshot
         holds and what a reset removes; only its objects are written by avo's own snapshot.
+        A regular file's content counts as well: a write through a shared mapping onto a page
+        that is already dirty changes neither its mtime nor its ctime.
         """
         h = hashlib.sha256()
         top = os.fsencode(self.work)
@@ -829,6 +847,8 @@ class Lineage:
                     continue
                 h.update(b"%s\0%d %d %d %d %d\n" % (path[len(top):], st.st_ino, st.st_mode, st.st_size,
                                                        st.st_mtime_ns, st.st_ctime_ns))
+                if stat.S_ISREG(st.st_mode):
+                    h.update(_content_digest(path))
         return h.hexdigest()
 
     def is_dirty(self, best: str) -> bool:
