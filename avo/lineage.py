@@ -360,11 +360,19 @@ def read_any(git_dir: Path, spec: str) -> tuple[str, str, bytes] | None:
     if not _is_sha(spec):
         return _objects(git_dir).read(spec)
     try:
-        stored = (git_dir / "objects" / spec[:2] / spec[2:]).read_bytes()
+        # Never a link, a pipe or a device: /dev/zero would be read forever, a pipe waited on.
+        fd = os.open(git_dir / "objects" / spec[:2] / spec[2:], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:  # packed, or not there: git knows
         return _objects(git_dir).read(spec)
     except OSError:
         return None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        try:
+            stored = fh.read()
+        except OSError:
+            return None
     try:
         raw = zlib.decompress(stored)
     except zlib.error:
