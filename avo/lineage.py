@@ -867,15 +867,27 @@ class Lineage:
         """
         if not _is_sha(best):
             raise AvoError(f"is_dirty needs a commit id, not {best!r}")
+        if foreign_git_dir(self.work):
+            self.git_bytes("--version")  # raises ForeignGitDir with the full explanation
+        # A snapshot starts from work/.git's HEAD: a file the agent committed there stays in it
+        # even when an ignore rule covers it, so compare with HEAD when it was moved off best.
+        head = _resolve_ref(self.git_dir, "HEAD")
+        base = head if head is not None and head != best else best
         with tempfile.TemporaryDirectory(prefix="avo-status-") as tmp, \
                 self._temp_index(Path(tmp)) as index:
             # Two git processes and no GitPython: `avo status` is a reader that should start fast.
-            self.git("read-tree", best, index=index, readonly=True)
+            self.git("read-tree", base, index=index, readonly=True)
             out = self.git_bytes("status", "--porcelain", "-z", "--no-renames", "--untracked-files=normal",
                                  index=index, readonly=True)
-            # XY per entry: Y is the work tree against the index (best's tree); X, the index
+            # XY per entry: Y is the work tree against the index (base's tree); X, the index
             # against work/.git's HEAD, is not the question; "??" is an untracked file.
-            return any(e[:2] == b"??" or e[1:2] not in (b"", b" ") for e in out.split(b"\0") if e)
+            if any(e[:2] == b"??" or e[1:2] not in (b"", b" ") for e in out.split(b"\0") if e):
+                return True
+        if base == best:
+            return False
+        # work/ is exactly HEAD's tree, as a snapshot would take it: dirty unless that is best's.
+        trees = self.git("rev-parse", f"{best}^{{tree}}", f"{base}^{{tree}}", readonly=True).split()
+        return trees[0] != trees[1]
 
 
 def diff_fingerprint(diff: str) -> str:
