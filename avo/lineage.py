@@ -86,6 +86,9 @@ def _git(git_dir: Path, args: Sequence[str], *, work: Path | None = None, index:
     if index is not None:
         env["GIT_INDEX_FILE"] = str(index)
     env["GIT_TERMINAL_PROMPT"] = "0"
+    # The agent may write refs/replace/: a replacement would make git read its commit (its
+    # tree) wherever avo names a version, as the in-process reader never does.
+    env["GIT_NO_REPLACE_OBJECTS"] = "1"
     if readonly:
         env["GIT_OPTIONAL_LOCKS"] = "0"  # no opportunistic index refresh written back
     proc = subprocess.run(["git", *_CONFIG, *args], cwd=work or git_dir, env=env, input=stdin,
@@ -357,11 +360,19 @@ def read_any(git_dir: Path, spec: str) -> tuple[str, str, bytes] | None:
     if not _is_sha(spec):
         return _objects(git_dir).read(spec)
     try:
-        stored = (git_dir / "objects" / spec[:2] / spec[2:]).read_bytes()
+        # Never a link, a pipe or a device: /dev/zero would be read forever, a pipe waited on.
+        fd = os.open(git_dir / "objects" / spec[:2] / spec[2:], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:  # packed, or not there: git knows
         return _objects(git_dir).read(spec)
     except OSError:
         return None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        try:
+            stored = fh.read()
+        except OSError:
+            return None
     try:
         raw = zlib.decompress(stored)
     except zlib.error:
@@ -428,6 +439,22 @@ def read_objects(git_dir: Path, specs: Sequence[str]) -> list[bytes | None]:
 def blob_id(content: bytes) -> str:
     """The id git gives a blob with ``content`` (no repository needed)."""
     return hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()
+
+
+def _content_digest(path: bytes) -> bytes:
+    """sha1 of a file's bytes, never following a link; random bytes when it cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return os.urandom(16)
+    h = hashlib.sha1()
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                h.update(chunk)
+    except OSError:
+        return os.urandom(16)
+    return h.digest()
 
 
 class Lineage:
@@ -803,22 +830,33 @@ class Lineage:
         return [sha for sha, g in zip(shas, got, strict=True) if g is None or g[1] != "commit"]
 
     def work_signature(self) -> str:
-        """A digest of every entry's metadata under work/ (``.git`` left out).
+        """A digest of every entry's metadata under work/ (``.git/objects`` left out).
 
         Any write to a file changes its ctime, which no process without root can set back:
         equal digests taken before and after mean nothing in work/ was written in between.
+        work/.git counts too: its HEAD, index, config and info/exclude decide what a snapshot
+        holds and what a reset removes; only its objects are written by avo's own snapshot.
+        A regular file's content counts as well: a write through a shared mapping onto a page
+        that is already dirty changes neither its mtime nor its ctime.
         """
         h = hashlib.sha256()
         top = os.fsencode(self.work)
+        git_dir = os.path.join(top, b".git")
         for root, dirs, files in os.walk(top):
-            if root == top:
-                dirs[:] = [d for d in dirs if d != b".git"]
+            if root == git_dir:
+                dirs[:] = [d for d in dirs if d != b"objects"]
             dirs.sort()
             for name in sorted([*dirs, *files]):
                 path = os.path.join(root, name)
-                st = os.lstat(path)
+                try:
+                    st = os.lstat(path)
+                except OSError:  # removed while walked: written, so never equal to another digest
+                    h.update(os.urandom(16))
+                    continue
                 h.update(b"%s\0%d %d %d %d %d\n" % (path[len(top):], st.st_ino, st.st_mode, st.st_size,
                                                        st.st_mtime_ns, st.st_ctime_ns))
+                if stat.S_ISREG(st.st_mode):
+                    h.update(_content_digest(path))
         return h.hexdigest()
 
     def is_dirty(self, best: str) -> bool:
@@ -829,15 +867,27 @@ class Lineage:
         """
         if not _is_sha(best):
             raise AvoError(f"is_dirty needs a commit id, not {best!r}")
+        if foreign_git_dir(self.work):
+            self.git_bytes("--version")  # raises ForeignGitDir with the full explanation
+        # A snapshot starts from work/.git's HEAD: a file the agent committed there stays in it
+        # even when an ignore rule covers it, so compare with HEAD when it was moved off best.
+        head = _resolve_ref(self.git_dir, "HEAD")
+        base = head if head is not None and head != best else best
         with tempfile.TemporaryDirectory(prefix="avo-status-") as tmp, \
                 self._temp_index(Path(tmp)) as index:
             # Two git processes and no GitPython: `avo status` is a reader that should start fast.
-            self.git("read-tree", best, index=index, readonly=True)
+            self.git("read-tree", base, index=index, readonly=True)
             out = self.git_bytes("status", "--porcelain", "-z", "--no-renames", "--untracked-files=normal",
                                  index=index, readonly=True)
-            # XY per entry: Y is the work tree against the index (best's tree); X, the index
+            # XY per entry: Y is the work tree against the index (base's tree); X, the index
             # against work/.git's HEAD, is not the question; "??" is an untracked file.
-            return any(e[:2] == b"??" or e[1:2] not in (b"", b" ") for e in out.split(b"\0") if e)
+            if any(e[:2] == b"??" or e[1:2] not in (b"", b" ") for e in out.split(b"\0") if e):
+                return True
+        if base == best:
+            return False
+        # work/ is exactly HEAD's tree, as a snapshot would take it: dirty unless that is best's.
+        trees = self.git("rev-parse", f"{best}^{{tree}}", f"{base}^{{tree}}", readonly=True).split()
+        return trees[0] != trees[1]
 
 
 def diff_fingerprint(diff: str) -> str:

@@ -103,6 +103,9 @@ def test_cli_errors_are_clean(runs_root: Path, core_plugins: None, tmp_path: Pat
     # and "[0]" vanished.
     code, out = avo("start", "--target", "[0][/work/x]")
     assert code == 1 and "unknown target '[0][/work/x]'" in out, out
+    # Nor are emoji codes: ":smile:" in a name or a path is printed as it is, not as an emoji.
+    code, out = avo("start", "--target", "/tmp/x:smile:y")
+    assert code == 1 and "unknown target '/tmp/x:smile:y'" in out, out
 
 
 def test_cli_listings(core_plugins: None, toy: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

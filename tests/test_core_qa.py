@@ -303,6 +303,55 @@ def test_a_same_size_edit_with_its_mtime_put_back_is_archived_too(toy: Path, run
     assert late.exists() and "-first!" in late.read_text() and "+second" in late.read_text()
 
 
+def test_a_file_unignored_during_a_rejected_submit_is_archived_not_cleaned_away(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # The agent keeps notes.txt out of its candidates with work/.git/info/exclude, then, while
+    # a submit is measured, drops that rule: notes.txt now counts as work, and the reset after
+    # the rejection (`git clean`) removes it. Nothing under work/ outside .git was written.
+    evaluator = toy / "eval.py"
+    evaluator.write_text(evaluator.read_text().replace(
+        '    path = workdir / "solution.py"\n',
+        '    exclude = workdir.parents[2] / "work" / ".git" / "info" / "exclude"\n'
+        '    if "X = 2" in (workdir / "solution.py").read_text():\n'
+        '        exclude.write_text("")\n'
+        '    path = workdir / "solution.py"\n'))
+    run = start_run(str(toy), runs_root, sandbox="none")
+    (run.paths.work / ".git" / "info").mkdir(exist_ok=True)
+    (run.paths.work / ".git" / "info" / "exclude").write_text("notes.txt\n")
+    (run.paths.work / "notes.txt").write_text("the agent's private notes\n")
+    set_constants(run.paths.work, x=2, y=-20)
+    out = submit(run, "worse, while the agent changed its ignore rules")
+    assert out.outcome == "rejected"
+    late = run.paths.rejected / "step0001-edited-during-evaluation.diff"
+    kept = (run.paths.work / "notes.txt").exists() or (late.exists() and "private notes" in late.read_text())
+    assert kept, "notes.txt was removed by the reset and archived nowhere"
+
+
+def test_an_edit_written_through_a_shared_mapping_during_a_rejected_submit_is_archived(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # The agent (this process) holds work/idea.txt mapped and has written through the mapping
+    # before the submit; writing the same, still dirty, page again sets neither mtime nor
+    # ctime, so work/'s metadata alone cannot tell that the file changed during the evaluation.
+    import mmap
+
+    run = start_run(str(toy), runs_root, sandbox="none")
+    idea = run.paths.work / "idea.txt"
+    idea.write_bytes(b"plan A: nothing yet\n")
+    set_constants(run.paths.work, x=2, y=-20)  # config_b falls more than config_a gains
+    with open(idea, "r+b") as fh, mmap.mmap(fh.fileno(), 0) as mapped:
+        mapped[:8] = b"plan B: "  # the page is dirty from here on
+
+        def agent_types(line: str) -> None:
+            if line.startswith("evaluating"):
+                mapped[:8] = b"plan C: "
+
+        out = submit(run, "worse, while the agent typed through a mapping", progress=agent_types)
+    assert out.outcome == "rejected"
+    late = run.paths.rejected / "step0001-edited-during-evaluation.diff"
+    assert late.exists() and "+plan C: nothing yet" in late.read_text()
+    assert out.diff_path is not None and "+plan B: nothing yet" in out.diff_path.read_text()
+
+
 # -- target.yaml and the CLI's inputs ------------------------------------------------------
 
 

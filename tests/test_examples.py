@@ -87,3 +87,14 @@ def test_start_from_a_shipped_example(toy: Path, runs_root: Path, core_plugins: 
     (dest / "run.json").write_text(json.dumps(data))
     with pytest.raises(AvoError, match="the record says 0000"):
         start_run(None, runs_root, from_ref=f"{dest}:v1")
+
+
+def test_export_prints_a_folder_with_brackets_as_it_is(toy: Path, runs_root: Path, core_plugins: None,
+                                                       tmp_path: Path) -> None:
+    # "wrote PATH" went through rich markup: "[/x]" in the folder crashed the printer after
+    # the files were written (a traceback), "[x]" vanished from the line.
+    run = start_run(str(toy), runs_root)
+    dest = tmp_path / "[/x]" / "[y]"
+    result = CliRunner().invoke(app, ["export", "--run", str(run.paths.root), "-o", str(dest), "--no-plot"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0 and f"wrote {dest / 'run.json'}" in result.output, result.output

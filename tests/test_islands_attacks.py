@@ -352,3 +352,55 @@ def test_a_garbled_colony_json_does_not_hide_the_other_runs(toy: Path, runs_root
     done = subprocess.run([sys.executable, "-m", "avo", "runs"], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "colony.json is unreadable" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_replace_ref_on_the_best_commit_does_not_hide_an_unsubmitted_candidate(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    """island-2's agent edits work/, then plants ``refs/replace/<best>`` naming a commit of its
+    own edited tree: git would read that commit wherever it is asked for the best one, and the
+    dirty check (the guard of a migrant offer, and `avo status`) would see work/ as clean."""
+    colony = _start(toy, runs_root)
+    set_constants(_island(colony, 1).paths.work, x=4.0)
+    submit(_island(colony, 1), "X to 4")
+    two = _island(colony, 2)
+    work, best = two.paths.work, two.state.best_version.sha
+    set_constants(work, y=2.5)  # the agent's unsubmitted candidate
+
+    def git(*args: str) -> str:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+        env["GIT_INDEX_FILE"] = str(work.parent / "agent-index")  # the agent's own scratch index
+        return subprocess.run(["git", "-c", "user.name=a", "-c", "user.email=a@b", *args], cwd=work, env=env,
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    git("add", "-A")
+    tree = git("write-tree")
+    git("replace", best, git("commit-tree", tree, "-m", "looks like the best"))
+    assert two.lineage.is_dirty(best)
+    with pytest.raises(AvoError, match="unsubmitted candidate"):
+        offer(two)
+    assert "Y = 2.5" in (work / "solution.py").read_text()  # nothing reset away
+
+
+def test_a_committed_file_under_an_ignore_rule_is_an_unsubmitted_candidate(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    """island-2's agent commits notes.py in work/.git and lists it in .git/info/exclude: a
+    snapshot (which starts from work/.git's HEAD) holds it, so work/ is not clean, though
+    best's tree plus the ignore rules say so."""
+    colony = _start(toy, runs_root)
+    set_constants(_island(colony, 1).paths.work, x=4.0)
+    submit(_island(colony, 1), "X to 4")
+    two = _island(colony, 2)
+    work, best = two.paths.work, two.state.best_version.sha
+    (work / "notes.py").write_text("IDEA = 'the agent kept this out of git status'\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    for args in (["add", "notes.py"], ["commit", "-qm", "notes"]):
+        subprocess.run(["git", "-c", "user.name=a", "-c", "user.email=a@b", *args], cwd=work, env=env, check=True)
+    (work / ".git" / "info").mkdir(exist_ok=True)
+    (work / ".git" / "info" / "exclude").write_text("notes.py\n")
+    assert two.lineage.snapshot_tree() != two.lineage.tree_of(best)  # what a submit would take
+    assert two.lineage.is_dirty(best)
+    with pytest.raises(AvoError, match="unsubmitted candidate"):
+        offer(two)
+    assert (work / "notes.py").exists()
+    subprocess.run(["git", "reset", "-q", "--hard", best], cwd=work, env=env, check=True)  # back on best: clean
+    assert not two.lineage.is_dirty(best)

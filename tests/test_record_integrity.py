@@ -619,3 +619,21 @@ def test_a_forged_loose_object_is_not_read_as_the_commit_it_is_named_after(
     # git itself hands the forged content out under the old name.
     shown = subprocess.run(["git", "--git-dir", str(backup), "cat-file", "commit", sha], capture_output=True)
     assert b"forged" in shown.stdout
+
+
+def test_a_loose_object_linked_to_dev_zero_is_a_clear_error_not_a_memory_blowup(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # The agent replaces v0's commit in avo's backup by a symlink to /dev/zero: read to the
+    # end, it never ends (git itself sees an empty object file).
+    run = start_run(str(toy), runs_root)
+    sha = run.state.versions[0].sha
+    path = run.paths.backup / "objects" / sha[:2] / sha[2:]
+    path.unlink()
+    path.symlink_to("/dev/zero")
+    code = ("import resource, sys\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))  # main's MemoryError, not the machine's\n"
+            "from avo.cli import main\nsys.argv = ['avo', 'status', '--run', sys.argv[1]]\nmain()\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(run.paths.root)], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "AVO_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 1 and "error:" in proc.stderr, proc.stdout + proc.stderr

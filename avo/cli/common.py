@@ -91,10 +91,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def shout(label: str, style: str, text: str) -> None:
     """``label`` in ``style``, then ``text`` exactly as it is, on stderr: a message with
-    brackets in it (a path such as ``[/tmp/x]``, an index ``[0]``) is text, not rich markup."""
-    from rich.markup import escape
+    brackets in it (a path such as ``[/tmp/x]``, an index ``[0]``) is text, not rich markup,
+    and ``:smile:`` is not an emoji code."""
+    from rich.text import Text
 
-    err.print(f"[{style}]{label}[/] {escape(text)}", markup=True)
+    err.print(Text.assemble((label, style), " ", text))
 
 
 @contextmanager

@@ -39,11 +39,11 @@ def register(app: typer.Typer) -> None:
                 from avo.colony_report import export_colony
 
                 for path in export_colony(colony, output, plot=not no_plot):
-                    out.print(f"wrote {path}")
+                    say(f"wrote {path}")
                 return
             r = open_run(run, runs_root(runs_dir))
             for path in export_run(r, output, plot=not no_plot):
-                out.print(f"wrote {path}")
+                say(f"wrote {path}")
 
     @app.command()
     def verify(
