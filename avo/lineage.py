@@ -150,7 +150,7 @@ class _Objects:
                 sha, kind, _size, data = self.cmd.get_object_data(spec)
         except ValueError:  # "<spec> missing" (or ambiguous): the reader stays in step
             return None
-        return os.fsdecode(sha), os.fsdecode(kind), data
+        return _checked(os.fsdecode(sha), os.fsdecode(kind), data)
 
     def read_many(self, specs: Sequence[str]) -> list[tuple[str, str, bytes] | None]:
         """:meth:`read` for many specs, pipelined through the same reader (one round trip)."""
@@ -173,7 +173,7 @@ class _Objects:
                     continue
                 size = int(header[2])
                 data = stdout.read(size + 1)[:size]
-                out.append((header[0], header[1], data))
+                out.append(_checked(header[0], header[1], data))
             writer.join()
         return out
 
@@ -434,6 +434,16 @@ def read_objects(git_dir: Path, specs: Sequence[str]) -> list[bytes | None]:
     if not specs:
         return []
     return [got[2] if got and got[1] == "blob" else None for got in _objects(git_dir).read_many(specs)]
+
+
+def _checked(sha: str, kind: str, data: bytes) -> tuple[str, str, bytes] | None:
+    """The object as git handed it out, if its content hashes to its id; ``None`` otherwise.
+
+    `git cat-file` does not check: a loose file the agent replaced would be read under the
+    old name.
+    """
+    ok = hashlib.sha1(b"%s %d\0" % (kind.encode(), len(data)) + data).hexdigest() == sha
+    return (sha, kind, data) if ok else None
 
 
 def blob_id(content: bytes) -> str:

@@ -85,7 +85,9 @@ def _pick_donor(colony_dir: Path, colony: ColonyState, run: Run) -> tuple[Run | 
         try:
             donor = open_run(colony_dir / name, colony_dir)  # checked against its backup, read-only
         except AvoError as exc:
-            problems.append(f"{name} cannot be read ({str(exc).splitlines()[0]})")
+            # A record error's first line says it disagrees; the second, how (its first problem).
+            lines = [line.strip().removeprefix("- ") for line in str(exc).splitlines()[:2]]
+            problems.append(f"{name} cannot be read ({' '.join(lines)})")
             continue
         if best is None or better(donor.state.best_version.scalar, best.state.best_version.scalar, direction):
             best = donor

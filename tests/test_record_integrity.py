@@ -637,3 +637,32 @@ def test_a_loose_object_linked_to_dev_zero_is_a_clear_error_not_a_memory_blowup(
                           timeout=300, env={**os.environ, "AVO_DISABLE_PLUGIN_AUTOLOAD": "1"})
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.returncode == 1 and "error:" in proc.stderr, proc.stdout + proc.stderr
+
+
+def test_a_forged_loose_object_read_through_git_is_refused_too(toy: Path, runs_root: Path,
+                                                               core_plugins: None) -> None:
+    # The full record check and the lineage read through `git cat-file --batch`, which hands a
+    # replaced loose file out under its old name: what it returns must hash to that name.
+    import zlib
+
+    from avo.lineage import read_objects
+
+    run = start_run(str(toy), runs_root)
+    v0 = run.state.versions[0].sha
+    backup = run.paths.backup
+    spec = f"{v0}:.avo/scores.jsonl"
+    blob = subprocess.run(["git", "--git-dir", str(backup), "rev-parse", spec], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    honest = read_objects(backup, [spec])[0]
+    assert honest is not None and b'"scalar"' in honest
+    path = backup / "objects" / blob[:2] / blob[2:]
+    forged = honest.replace(b'"scalar": ', b'"scalar": 9', 1)
+    path.chmod(0o644)
+    path.write_bytes(zlib.compress(b"blob %d\0" % len(forged) + forged))
+    shown = subprocess.run(["git", "--git-dir", str(backup), "cat-file", "blob", blob], capture_output=True)
+    assert shown.stdout == forged  # git serves the forgery...
+    from avo.lineage import _objects
+
+    _objects(backup).close()  # a fresh reader, as a new command would start
+    assert read_objects(backup, [spec]) == [None]  # ... avo does not
+    assert read_objects(backup, [spec] * 8) == [None] * 8  # nor through the pipelined reader
