@@ -123,6 +123,13 @@ def judge(threads: int) -> Iterator[Judge]:
             os.sched_setaffinity(int(tid), cpus)
         except OSError:
             pass
+    if threads > 1 and "numpy" not in sys.modules:
+        # OpenBLAS's idle threads spin for ~2^28 cycles after each call by default: on the
+        # shared CPUs, right into the kernel's timed call (measured: a 256-long call 1.07 ->
+        # 2.32 ms). The shortest timeout lets them sleep at once; the reference then pays a
+        # thread wake-up per call, as one call in a user's program does. Read when NumPy
+        # loads OpenBLAS, so only before the first import (the notes say whether it was).
+        os.environ["OPENBLAS_THREAD_TIMEOUT"] = "4"
     try:
         import numpy as np
         from threadpoolctl import threadpool_info, threadpool_limits
@@ -318,6 +325,9 @@ def measure(box: Worker, jd: Judge, p: Plan, who: str, seed: int, check: bool = 
 
 def _thread_note(jd: Judge, threads: int) -> str:
     blas = ", ".join(f"{b['api']} {b['threads']} thread(s)" for b in jd.blas) or "no BLAS found"
+    if threads > 1:
+        idle = "sleep when idle" if os.environ.get("OPENBLAS_THREAD_TIMEOUT") == "4" else "spin when idle"
+        blas += f" (OpenBLAS threads {idle})"
     return (f"threads: candidate {threads} (OMP_NUM_THREADS={threads}, sandbox worker pinned "
             f"to CPU {','.join(map(str, jd.cpus))}); NumPy reference: {blas} (threadpoolctl), in the evaluator "
             "pinned to the same CPU(s)")

@@ -75,3 +75,50 @@ def test_the_fma_roofline_is_measured_and_each_config_is_shown_as_a_fraction_of_
     assert "FMA roofline of the pinned core, measured by this evaluation:" in result.notes
     header = next(line for line in result.notes.splitlines() if line.startswith("config"))
     assert header.split()[-1] == "roof"
+
+
+SPIN_PROBE = """
+import os, sys, threading, time
+if sys.argv[1] == "numpy-first":
+    import numpy  # noqa: F401  (loaded before the judge: too late to set OpenBLAS's idle timeout)
+from avo_target_attention_c.evaluate import judge
+main = threading.get_native_id()
+def others():
+    total = 0
+    for tid in os.listdir("/proc/self/task"):
+        if int(tid) != main:
+            fields = open(f"/proc/self/task/{tid}/stat").read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+with judge(2) as jd:
+    import numpy as np
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((4, 1024, 64), dtype=np.float32) for _ in range(3))
+    out, worst = np.empty_like(q), 0.0
+    for _ in range(4):
+        jd.reference(q, k, v, out, False)
+        before = others()
+        time.sleep(0.25)
+        worst = max(worst, others() - before)
+print(f"{worst:.3f}")
+"""
+
+
+def test_with_two_threads_the_references_blas_threads_sleep_between_calls() -> None:
+    # OpenBLAS's idle threads spin after each call (~0.1 s by default) on the CPUs the kernel's
+    # timed call runs on next; the evaluator makes them sleep at once. Control: a process that
+    # loaded NumPy before the judge keeps the spinning threads.
+    import subprocess
+    import sys
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.fail("needs two CPUs")
+
+    def burnt(mode: str) -> float:
+        proc = subprocess.run([sys.executable, "-c", SPIN_PROBE, mode], capture_output=True, text=True,
+                              env={k: v for k, v in os.environ.items() if not k.startswith("OPENBLAS")})
+        assert proc.returncode == 0, proc.stderr
+        return float(proc.stdout.strip())
+
+    assert burnt("judge-first") < 0.03  # CPU seconds other threads used in 0.25 s after a call
+    assert burnt("numpy-first") > 0.05
