@@ -442,13 +442,19 @@ def _checked(sha: str, kind: str, data: bytes) -> tuple[str, str, bytes] | None:
     `git cat-file` does not check: a loose file the agent replaced would be read under the
     old name.
     """
-    ok = hashlib.sha1(b"%s %d\0" % (kind.encode(), len(data)) + data).hexdigest() == sha
-    return (sha, kind, data) if ok else None
+    return (sha, kind, data) if object_id(kind, data) == sha else None
 
 
-def blob_id(content: bytes) -> str:
+def object_id(kind: str, content: bytes | memoryview) -> str:
+    """The id git gives an object of ``kind`` with ``content`` (no repository, no copy)."""
+    h = hashlib.sha1(b"%s %d\0" % (kind.encode(), len(content)))
+    h.update(content)
+    return h.hexdigest()
+
+
+def blob_id(content: bytes | memoryview) -> str:
     """The id git gives a blob with ``content`` (no repository needed)."""
-    return hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()
+    return object_id("blob", content)
 
 
 def _content_digest(path: bytes) -> bytes:
@@ -929,14 +935,11 @@ class BackupReader(Lineage):
     def verified_tree_of(self, commit: str) -> str:
         """The tree of ``commit``, read from an object checked to hash to that id (git's reader
         does not check: a loose object rewritten in place would name another tree)."""
-        got = self.objects().read(commit)
+        got = self.objects().read(commit)  # None also when the object does not hash to its id
         if got is None or got[1] != "commit" or got[0] != commit:
-            raise AvoError(f"commit {commit[:12]} is not in {self._store}")
-        data = got[2]
-        if hashlib.sha1(b"commit %d\0" % len(data) + data).hexdigest() != commit:
-            raise AvoError(f"the object of commit {commit[:12]} in {self._store} was rewritten (it does not "
-                           "hash to its id)")
-        return _parse_commit(commit, data).tree
+            raise AvoError(f"commit {commit[:12]} is not in {self._store}, or its object was rewritten "
+                           "(it does not hash to its id)")
+        return _parse_commit(commit, got[2]).tree
 
     def tree_size(self, tree: str) -> tuple[int, int]:
         """How many files ``tree`` holds and their bytes (object headers only)."""

@@ -10,7 +10,6 @@ running as the same user; it cannot prevent them (docs/SECURITY.md).
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import time
@@ -19,7 +18,7 @@ from typing import Any
 
 from avo.chain import RECOVERED, ChainReport, acknowledged, line_hash, verify
 from avo.errors import RecordError
-from avo.lineage import BRANCH, META_DIR, commit_message, object_ids, read_commits, read_object, ref_of
+from avo.lineage import BRANCH, META_DIR, blob_id, commit_message, object_ids, read_commits, read_object, ref_of
 from avo.record_format import parse_trailers, scores_file, scores_line, terms, terms_digest
 from avo.state import RunPaths, RunState, Version, load_state, read_trajectory
 
@@ -48,13 +47,6 @@ def _scores_problem(paths: RunPaths, v: Version, expected: str) -> str:
                 detail = "unreadable line"
             return f"{where} says for v{i}: {detail} (committed vs run.json)"
     return f"{where} has {len(got)} lines, run.json's versions give {len(want)}"
-
-
-def _blob_id(content: memoryview) -> str:
-    """:func:`avo.lineage.blob_id` without copying ``content``."""
-    h = hashlib.sha1(b"blob %d\0" % len(content))
-    h.update(content)
-    return h.hexdigest()
 
 
 def _lineage_problems(paths: RunPaths, state: RunState, locked: bool) -> list[str]:
@@ -102,7 +94,7 @@ def _lineage_problems(paths: RunPaths, state: RunState, locked: bool) -> list[st
     whole = memoryview(b"".join(lines))
     ids = object_ids(backup, [f"{v.sha}:{SCORES_FILE}" for v in kept])
     for v, oid in zip(kept, ids, strict=False):
-        if oid != _blob_id(whole[:ends[v.n]]):
+        if oid != blob_id(whole[:ends[v.n]]):
             problems.append(_scores_problem(paths, v, scores_file(state.versions[:v.n + 1])))
             break  # later files repeat the same lines
     if locked and not missing:

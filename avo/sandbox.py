@@ -225,9 +225,6 @@ def popen(argv: Sequence[str], box: Sandbox, *, level: Level | None = None, **kw
     return subprocess.Popen(command, env=env, cwd=cwd, **kwargs)
 
 
-_PACKAGE_DIRS: dict[tuple[tuple[str, int], ...], list[Path]] = {}
-
-
 def installed_package_dirs() -> list[Path]:
     """Folders of avo and of every installed ``avo`` plugin package.
 
@@ -236,11 +233,7 @@ def installed_package_dirs() -> list[Path]:
     """
     # Scanning every distribution's entry points costs ~10 ms a submit; installing or removing
     # a distribution changes its site directory's mtime, so that is the cache's key.
-    key = tuple((entry, _mtime_ns(entry)) for entry in sys.path)
-    if key not in _PACKAGE_DIRS:
-        _PACKAGE_DIRS.clear()
-        _PACKAGE_DIRS[key] = _scan_package_dirs()
-    return list(_PACKAGE_DIRS[key])
+    return list(_scan_package_dirs(tuple((entry, _mtime_ns(entry)) for entry in sys.path)))
 
 
 def _mtime_ns(entry: str) -> int:
@@ -250,7 +243,8 @@ def _mtime_ns(entry: str) -> int:
         return -1
 
 
-def _scan_package_dirs() -> list[Path]:
+@functools.lru_cache(maxsize=1)
+def _scan_package_dirs(_site: tuple[tuple[str, int], ...]) -> tuple[Path, ...]:
     from importlib import metadata
 
     import avo
@@ -261,7 +255,7 @@ def _scan_package_dirs() -> list[Path]:
         spec = _find_spec(top)
         if spec is not None:
             found.add(spec)
-    return sorted(found)
+    return tuple(sorted(found))
 
 
 def _find_spec(module: str) -> Path | None:

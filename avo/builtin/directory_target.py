@@ -7,6 +7,7 @@ evaluator is the configured command, in any language, run as a child process.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -134,30 +135,26 @@ def _format_errors(path: Path, exc: ValidationError) -> str:
     return "\n".join(lines)
 
 
-# One submit reads a target's file several times (the evaluator's tree, the job, the copy).
-# Keyed on the file's identity and change time, which a same-user process cannot set back.
-_LOADED: dict[tuple[str, int, int, int, int], TargetFile] = {}
-
-
 def load_target_file(folder: Path) -> TargetFile:
     """Read and validate ``folder/target.yaml``; errors name the file and the field."""
     path = folder / SPEC_FILE
     try:
         st = path.stat()
     except OSError:
-        st = None
-    key = (str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) if st else None
-    if key is not None and key in _LOADED:
-        spec = _LOADED[key]
+        spec = _parse_target_file(path)  # says what is wrong with it
     else:
-        spec = _parse_target_file(path)
-        if key is not None:
-            _LOADED.clear()  # one entry per process is all a run needs; never grows
-            _LOADED[key] = spec
+        # One submit reads the file several times (the evaluator's tree, the job, the copy):
+        # remembered by identity and change time, which a same-user process cannot set back.
+        spec = _remembered(str(path), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     for field, rel in (("seed", spec.seed), ("knowledge_base", spec.knowledge_base)):
         if rel is not None and not (folder / rel).is_dir():
             raise SpecError(f"{path}: field '{field}': folder {folder / rel} does not exist")
     return spec.model_copy(deep=True)
+
+
+@functools.lru_cache(maxsize=1)
+def _remembered(path: str, _ino: int, _size: int, _mtime_ns: int, _ctime_ns: int) -> TargetFile:
+    return _parse_target_file(Path(path))
 
 
 def _parse_target_file(path: Path) -> TargetFile:

@@ -46,7 +46,7 @@ def colony_evolve(*, target: str | None, backend: str | None, colony: Path | Non
             raise AvoError("give either --target/--islands (a new colony) or --resume COLONY, not both")
         if migration or migrate_every or island_option or quick or stall_limit or executor_options:
             say("note: --migration, --migrate-every, --island-option, --quick, --stall-limit and the executor "
-                      "are fixed when a colony starts; ignored on --resume", err=True)
+                "are fixed when a colony starts; ignored on --resume", err=True)
         previous = last_colony_config(colony) or {}
     chosen = backend or previous.get("backend")
     if not chosen:

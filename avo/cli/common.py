@@ -60,7 +60,6 @@ EXIT_ERROR = 1
 EXIT_BLOCKED = 3
 
 
-
 class _LazyConsole:
     """The commands' rich console, made on first use: rich costs ~25 ms to import, which
     `avo --help` and commands that print plain text need not pay."""

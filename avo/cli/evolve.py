@@ -201,7 +201,7 @@ def register(app: typer.Typer) -> None:
                 say(f"started {run.state.id} at {run.paths.root}", err=True)
             elif quick or stall_limit or executor_option or (executor and executor != run.state.options.executor):
                 say("note: --quick, --stall-limit, --executor and --executor-option are fixed when a run "
-                          f"starts; ignored on --resume (this run evaluates on {run.state.options.executor})", err=True)
+                    f"starts; ignored on --resume (this run evaluates on {run.state.options.executor})", err=True)
             reporter = _reporter(json_log, plain)
             try:
                 summary = run_evolve(run, config, reporter)
