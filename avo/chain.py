@@ -25,6 +25,9 @@ class ChainHead(BaseModel):
 
     count: int
     sha: str
+    # The file's size just past that line: a tail that ends there and hashes to ``sha`` is
+    # the head's, so an append reads the tail alone. Absent in runs recorded before it.
+    end: int | None = None
 
 
 def line_hash(line: bytes) -> str:

@@ -29,13 +29,13 @@ from avo.errors import AvoError, BlockedError, IntegrityError
 from avo.eval_inputs import strip_meta
 from avo.evaluation import MALFORMED_BASELINES, MALFORMED_PREFIX, Evaluation
 from avo.integrity import compare, hash_tree
-from avo.lineage import META_DIR, CandidateError, Lineage, diff_fingerprint, foreign_git_dir
+from avo.lineage import META_DIR, CandidateError, Lineage, diff_fingerprint, foreign_git_dir, read_object
 from avo.models import EvalJob, JobResult, TargetSpec, WorkLimits
 from avo.partials import builds_partials
 from avo.policy import confirm, first_look, single_decision
 from avo.prompts import fmt_number
 from avo.record_check import check_record
-from avo.record_format import scores_line, terms, terms_digest, trailer_lines
+from avo.record_format import scores_file, scores_line, terms, terms_digest, trailer_lines
 from avo.state import (
     Baseline,
     RunOptions,
@@ -441,6 +441,20 @@ def _finish_journal(run: Run, notes: list[str]) -> None:
         notes.append(f"a submit of step {step} was interrupted before its decision; "
                      "the candidate is back in work/ uncommitted")
     paths.journal.unlink(missing_ok=True)
+
+
+def _scores_with(run: Run, version: Version) -> str:
+    """The score file committed with ``version``: every version's line, the new one last.
+
+    The last version's committed file already holds all the others (the record check holds
+    each file to that), so it is read back from the backup (hash-checked) and extended: one
+    line formatted per submit, not one per version of the run.
+    """
+    last = run.state.versions[-1]
+    base = read_object(run.paths.backup, f"{last.sha}:{SCORES_FILE}")
+    if base is not None and base.endswith(scores_line(last).encode()):
+        return base.decode() + scores_line(version)
+    return scores_file([*run.state.versions, version])
 
 
 def _restore_commits(run: Run, notes: list[str]) -> None:
@@ -1028,7 +1042,7 @@ def submit(
             version = Version(n=n, sha="", tree="", scalar=scalar, metrics=evaluation.result.metrics,
                               message=message, step=step, time=time.time(), notes=evaluation.result.notes,
                               spread=evaluation.result.spread, new_best=new_best, secret=evaluation.secret)
-            scores = "".join(scores_line(v) for v in [*state.versions, version])
+            scores = _scores_with(run, version)
             # Built from tree objects, no index: nothing another process writes can change it;
             # verified anyway before anything points at it.
             final_tree = lineage.tree_with_file(tree, SCORES_FILE, scores.encode())

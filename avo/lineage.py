@@ -29,6 +29,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from avo.errors import AvoError
 
@@ -124,6 +125,44 @@ def foreign_git_dir(work: Path) -> str | None:
     return None
 
 
+class _Answers:
+    """The reader's output taken in large chunks: thousands of small objects (a run's commits)
+    cost one read per megabyte, not two per object. Reads only what git has written, so it
+    never waits past the last answer."""
+
+    def __init__(self, stream: IO[bytes]):
+        self.stream, self.buf, self.pos = stream, b"", 0
+
+    def _more(self) -> None:
+        chunk = self.stream.read1(1 << 20)  # type: ignore[attr-defined]
+        if not chunk:
+            raise AvoError("git cat-file stopped answering")
+        self.buf, self.pos = self.buf[self.pos:] + chunk, 0
+
+    def line(self) -> bytes:
+        while (end := self.buf.find(b"\n", self.pos)) < 0:
+            self._more()
+        out, self.pos = self.buf[self.pos:end], end + 1
+        return out
+
+    def take(self, n: int) -> bytes:
+        if len(self.buf) - self.pos < n:  # gather the rest once: a large blob is copied once, not per chunk
+            parts, got = [self.buf[self.pos:]], len(self.buf) - self.pos
+            while got < n:
+                chunk = self.stream.read1(max(1 << 20, n - got))  # type: ignore[attr-defined]
+                if not chunk:
+                    raise AvoError("git cat-file stopped answering")
+                parts.append(chunk)
+                got += len(chunk)
+            self.buf, self.pos = b"".join(parts), 0
+        out, self.pos = self.buf[self.pos:self.pos + n], self.pos + n
+        return out
+
+    def finish(self) -> None:
+        if self.pos != len(self.buf):  # never: git answers exactly what was asked
+            raise AvoError("git cat-file answered more than was asked")
+
+
 class _Objects:
     """One repository's object store: reads through one persistent ``git cat-file --batch``
     (GitPython's ``Git.get_object_data``), writes in-process into its loose objects."""
@@ -166,15 +205,16 @@ class _Objects:
                                                       stdin.flush()), daemon=True)
             writer.start()
             out: list[tuple[str, str, bytes] | None] = []
+            answers = _Answers(stdout)
             for _ in clean:
-                header = stdout.readline().decode("utf-8", "replace").split()
+                header = answers.line().decode("utf-8", "replace").split()
                 if len(header) != 3 or not _is_sha(header[0]):
                     out.append(None)
                     continue
                 size = int(header[2])
-                data = stdout.read(size + 1)[:size]
-                out.append(_checked(header[0], header[1], data))
+                out.append(_checked(header[0], header[1], answers.take(size + 1)[:size]))
             writer.join()
+            answers.finish()
         return out
 
     def write(self, kind: str, data: bytes) -> str:
@@ -306,6 +346,26 @@ def _write_file_atomic(path: Path, data: bytes) -> None:
     os.replace(lock, path)
 
 
+def _packed_ids(pack_dir: Path) -> set[bytes]:
+    """The ids (20 raw bytes) every version-2 pack index in ``pack_dir`` lists."""
+    out: set[bytes] = set()
+    try:
+        names = [n for n in os.listdir(pack_dir) if n.endswith(".idx")]
+    except OSError:
+        return out
+    for name in names:
+        try:
+            data = (pack_dir / name).read_bytes()
+        except OSError:
+            continue
+        if data[:8] != b"\xfftOc\x00\x00\x00\x02" or len(data) < 8 + 1024:
+            continue  # not a version-2 index: git has written no other kind since 1.5.2
+        count = int.from_bytes(data[8 + 1020:8 + 1024], "big")
+        table = data[8 + 1024:8 + 1024 + 20 * count]
+        out.update(table[i:i + 20] for i in range(0, len(table), 20))
+    return out
+
+
 def _has_loose(objects: Path, sha: str) -> bool:
     return (objects / sha[:2] / sha[2:]).is_file()
 
@@ -358,6 +418,9 @@ def read_any(git_dir: Path, spec: str) -> tuple[str, str, bytes] | None:
     import zlib
 
     if not _is_sha(spec):
+        rev, sep, path = spec.partition(":")
+        if sep and _is_sha(rev) and path:
+            return _read_path(git_dir, rev, path)
         return _objects(git_dir).read(spec)
     try:
         # Never a link, a pipe or a device: /dev/zero would be read forever, a pipe waited on.
@@ -382,6 +445,24 @@ def read_any(git_dir: Path, spec: str) -> tuple[str, str, bytes] | None:
     if hashlib.sha1(raw).hexdigest() != spec or size != str(len(data)):
         return None
     return spec, kind, data
+
+
+def _read_path(git_dir: Path, rev: str, path: str) -> tuple[str, str, bytes] | None:
+    """``rev:path`` (``rev`` a commit or tree id) walked object by object with :func:`read_any`,
+    so a run's scores file is read in-process too; git resolves anything else."""
+    got = read_any(git_dir, rev)
+    if got is None or got[1] not in ("commit", "tree"):
+        return _objects(git_dir).read(f"{rev}:{path}")  # a tag to peel, or not there: git decides
+    if got[1] == "commit":
+        got = read_any(git_dir, _parse_commit(got[0], got[2]).tree)
+    for name in path.split("/"):
+        if got is None or got[1] != "tree" or not name:
+            return None
+        entry = next((sha for _m, _k, sha, n in _tree_entries(got[2]) if n == name), None)
+        if entry is None:
+            return None
+        got = read_any(git_dir, entry)
+    return got
 
 
 def ref_of(git_dir: Path, ref: str) -> str | None:
@@ -839,11 +920,32 @@ class Lineage:
         return True
 
     def missing_commits(self, shas: Sequence[str]) -> list[str]:
-        """Which of ``shas`` are not commits in the repository (one git call for all)."""
-        if not shas:
-            return []
-        got = self.objects().read_many(list(shas))  # pipelined: one round trip, not one per version
-        return [sha for sha, g in zip(shas, got, strict=True) if g is None or g[1] != "commit"]
+        """Which of ``shas`` (commit ids) have no object in the repository.
+
+        Looked up in-process, in the pack indexes and the loose folders, without reading the
+        objects: every submit asks it of every version, so it must cost microseconds each.
+        An object that is present but damaged is not found here; git refuses it where it is
+        read (and avo's reader where avo reads it), while the record is read from the backup.
+        """
+        objects = self.git_dir / "objects"
+        packed = _packed_ids(objects / "pack")
+        listed: dict[str, set[str]] = {}
+        missing = []
+        for sha in shas:
+            if not _is_sha(sha):
+                missing.append(sha)
+                continue
+            if bytes.fromhex(sha) in packed:
+                continue
+            fan = listed.get(sha[:2])
+            if fan is None:
+                try:
+                    fan = listed[sha[:2]] = set(os.listdir(objects / sha[:2]))
+                except OSError:
+                    fan = listed[sha[:2]] = set()
+            if sha[2:] not in fan:
+                missing.append(sha)
+        return missing
 
     def work_signature(self) -> str:
         """A digest of every entry's metadata under work/ (``.git/objects`` left out).

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from avo.state import RunState
+    from avo.state import RunState, Version
 
 DEFAULT_DIGITS = 4
 MAX_DIGITS = 15
@@ -69,11 +69,36 @@ def display_digits(state: RunState) -> int:
     spec = state.target
     if spec.precision is not None:
         return spec.precision
+    versions = state.versions
+    if not versions:
+        return DEFAULT_DIGITS
+    # One view asks several times (the prompt: four) of the same list, which avo only ever
+    # extends: the answer is kept with the list itself (held, so its id is never reused).
+    key = (len(versions), versions[-1].sha, versions[-1].scalar, spec.tie_tolerance)
+    held, held_key, digits = _last_digits
+    if held is not versions or held_key != key:
+        digits = _digits_of(versions, spec.tie_tolerance)
+        _last_digits[:] = [versions, key, digits]
+    return int(digits)
+
+
+_last_digits: list[Any] = [None, None, DEFAULT_DIGITS]
+
+
+def _digits_of(versions: Sequence[Version], tolerance: float) -> int:
     from avo.policy import is_tie
 
-    pairs: list[tuple[float, float]] = []
-    for prev, v in zip(state.versions, state.versions[1:], strict=False):
-        candidates = [(prev.scalar, v.scalar)]
-        candidates += [(prev.metrics[c], v.metrics[c]) for c in v.metrics if c in prev.metrics]
-        pairs += [(a, b) for a, b in candidates if not is_tie(a, b, spec.tie_tolerance)]
-    return digits_to_separate(pairs)
+    # digits_to_separate over the pairs that are not ties, in one pass: a pair that already
+    # prints differently at the digits reached so far cannot raise them, so it is passed
+    # over before the tie test (every view calls this; a run may have 10,000 versions).
+    digits = DEFAULT_DIGITS
+    for prev, v in zip(versions, versions[1:], strict=False):
+        pm = prev.metrics
+        for a, b in [(prev.scalar, v.scalar), *((pm[c], x) for c, x in v.metrics.items() if c in pm)]:
+            if a == b or fmt_number(a, digits) != fmt_number(b, digits) or is_tie(a, b, tolerance):
+                continue
+            d = digits
+            while d < MAX_DIGITS and fmt_number(a, d) == fmt_number(b, d):
+                d += 1
+            digits = d
+    return digits

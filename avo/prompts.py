@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 MAX_CONFIG_COLUMNS = 8
 MAX_LINEAGE_ROWS = 12
+LOG_ROWS = 50  # `avo log` without --all: v0 and the newest 49
 MAX_REJECTED = 5
 MAX_NOTES_LINES = 60
 
@@ -61,7 +62,7 @@ def lineage_table(state: RunState, rows: int = MAX_LINEAGE_ROWS) -> str:
     if hidden:  # bounded: v0 and the newest, the rest summarised in one line
         bests = sum(1 for v in hidden if v.new_best)
         lines.append(f"(v{hidden[0].n}–v{hidden[-1].n} not shown: {len(hidden)} versions, {bests} of them new "
-                     "bests; `avo log` lists every version)")
+                     "bests; `avo log --all` lists every version)")
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     prev: Version | None = None
     for v in shown:
@@ -96,6 +97,11 @@ def _kb_index(run: Run) -> str:
                     break
         entries.append(f"- kb/{path.relative_to(run.paths.kb).as_posix()}" + (f" — {title}" if title else ""))
     return "\n".join(entries) or "(empty)"
+
+
+# Every line _is_attempt keeps holds one of these as avo writes it (json.dumps: `": "`); an
+# accepted submit holds none, so a run without rejections is not parsed line by line.
+ATTEMPT_NEEDLES = (b'"outcome": "rejected"', b'"outcome": "failed"', b'"revert"')
 
 
 def _is_attempt(r: dict[str, Any]) -> bool:
@@ -180,7 +186,7 @@ def variation_prompt(run: Run) -> str:
     step = state.steps + 1
     budget = f"step {step} of {state.options.max_steps}" if state.options.max_steps else f"step {step}"
     # Only the last few attempts are shown: read back from the end, not the whole trajectory.
-    records = recent_records(paths, (b'"submit"', b'"revert"'), _is_attempt, MAX_REJECTED)
+    records = recent_records(paths, ATTEMPT_NEEDLES, _is_attempt, MAX_REJECTED)
     redirect = ""
     if state.supervisor.pending_redirect:
         redirect = (

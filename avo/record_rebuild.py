@@ -153,5 +153,5 @@ def rebuild_record(paths: RunPaths, state: RunState) -> list[str]:
         count = sum(1 for r in read_trajectory(paths) if r.get("kind") == RECOVERED)
         append_trajectory(paths, {"kind": RECOVERED, "id": f"recovered-{count + 1}", "step": state.steps,
                                   "acknowledged": acknowledged, "unrecorded_versions": found.unrecorded,
-                                  "versions": len(versions), "best": state.best, "notes": notes})
+                                  "versions": len(versions), "best": state.best, "notes": notes}, whole=True)
     return notes

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import from_json, to_json
@@ -254,14 +254,22 @@ def load_state(paths: RunPaths, *, validate: bool = True) -> RunState:
     return state
 
 
-def write_json_atomic(path: Path, data: str) -> None:
-    """Write-then-rename with fsync: a reader sees the old file or the new, never half."""
+def write_json_atomic(path: Path, data: str | bytes, *, sync: Literal["all", "file", "none"] = "all") -> None:
+    """Write-then-rename: a reader sees the old file or the new, never half.
+
+    ``sync``: what survives a power cut. "all" syncs the file and the rename; "file" only
+    the file (a lost rename leaves the previous file whole, for a write a later command can
+    redo); "none" neither (a cache that is rebuilt when it is missing or torn).
+    """
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(data)
+    with open(tmp, "wb") as fh:
+        fh.write(data.encode() if isinstance(data, str) else data)
         fh.flush()
-        os.fsync(fh.fileno())
+        if sync != "none":
+            os.fsync(fh.fileno())
     os.replace(tmp, path)
+    if sync != "all":
+        return
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
@@ -269,11 +277,40 @@ def write_json_atomic(path: Path, data: str) -> None:
         os.close(dir_fd)
 
 
+# run.json is written with an indent of 1 and the chain head as its last key, so the head
+# starts at the last newline followed by exactly this (a string holds no raw newline, and a
+# nested key is indented further): it is read and moved without parsing the versions.
+_CHAIN_KEY = b'\n "chain": '
+
+
+def _chain_tail(raw: bytes) -> tuple[int, Any] | None:
+    """Where run.json's chain head starts and its value, from the file's tail alone; ``None``
+    if the tail is not exactly that (a hand-written file: then the whole file is parsed)."""
+    at = raw.rfind(_CHAIN_KEY)
+    if at < 0:
+        return None
+    try:
+        tail = from_json(b"{" + raw[at + 1:])
+    except ValueError:
+        return None
+    if not isinstance(tail, dict) or list(tail) != ["chain"]:
+        return None
+    return at, tail["chain"]
+
+
+def _head_in(raw: bytes) -> ChainHead | None:
+    found = _chain_tail(raw)
+    try:
+        value = found[1] if found else from_json(raw).get("chain")  # pydantic-core's parser: run.json is large
+        return ChainHead.model_validate(value) if value else None
+    except (ValueError, AttributeError):
+        return None
+
+
 def _disk_head(paths: RunPaths) -> ChainHead | None:
     try:
-        raw = from_json(paths.run_json.read_bytes()).get("chain")  # pydantic-core's parser: run.json is large
-        return ChainHead.model_validate(raw) if raw else None
-    except (OSError, ValueError, AttributeError):
+        return _head_in(paths.run_json.read_bytes())
+    except OSError:
         return None
 
 
@@ -303,15 +340,23 @@ def save_state(paths: RunPaths, state: RunState) -> None:
         write_json_atomic(paths.run_json, state.model_dump_json(indent=1))
 
 
-def _set_head(paths: RunPaths, head: ChainHead) -> None:
-    try:
-        data = from_json(paths.run_json.read_bytes())
-    except FileNotFoundError:
-        return
-    data["chain"] = head.model_dump()
-    # pydantic-core's serializer: json.dumps with an indent is pure Python, and run.json holds
-    # every version (0.2 s per append at 3,000 versions).
-    write_json_atomic(paths.run_json, to_json(data, indent=1).decode())
+def _set_head(paths: RunPaths, head: ChainHead, raw: bytes | None = None) -> None:
+    """Move run.json's chain head; ``raw``: run.json as just read under the record lock."""
+    if raw is None:
+        try:
+            raw = paths.run_json.read_bytes()
+        except FileNotFoundError:
+            return
+    found = _chain_tail(raw)
+    if found is not None:  # only the tail is rewritten: run.json holds every version
+        out = raw[:found[0]] + to_json({"chain": head.model_dump()}, indent=1)[1:]
+    else:
+        data = from_json(raw)
+        data["chain"] = head.model_dump()
+        # pydantic-core's serializer: json.dumps with an indent is pure Python.
+        out = to_json(data, indent=1)
+    # The appended line is synced; if this rename is lost, the next command adopts the line.
+    write_json_atomic(paths.run_json, out, sync="file")
 
 
 @dataclass(frozen=True)
@@ -342,37 +387,88 @@ def _set_aside_torn(paths: RunPaths, data: bytes) -> tuple[_Complete, str | None
     return done, f"a torn last line of trajectory.jsonl (a kill mid-write) was moved to {aside.name}"
 
 
-def append_trajectory(paths: RunPaths, record: dict[str, Any]) -> None:
+_TAIL_CHUNK = 1 << 16
+
+
+def _tail_chunk(path: Path, size: int) -> bytes | None:
+    """The end of ``path`` from its last-but-one newline (its last line), if the file is
+    ``size`` bytes long; ``None`` if it is not."""
+    with open(path, "rb") as fh:
+        if os.fstat(fh.fileno()).st_size != size:
+            return None
+        chunk = b""
+        while True:
+            start = max(0, size - len(chunk) - _TAIL_CHUNK)
+            fh.seek(start)
+            chunk = fh.read(size - start)
+            if start == 0 or chunk.rfind(b"\n", 0, len(chunk) - 1) >= 0:
+                return chunk
+
+
+def _tail_at_head(paths: RunPaths, head: ChainHead | None) -> tuple[int, bytes] | None:
+    """``(count, last line)`` read from the end of the trajectory alone, when the file ends
+    where the head says, with a complete line that hashes to the head's; ``None`` when the
+    whole file must be read.
+
+    An append or a heal then costs the same at 100,000 records as at 10. An edit further up
+    that keeps the size and the last line is not seen here: the record check finds it before
+    any command acts, and ``avo recover`` appends with ``whole=True``.
+    """
+    if head is None or head.count < 1 or head.end is None:
+        return None
+    try:
+        chunk = _tail_chunk(paths.trajectory, head.end)
+    except FileNotFoundError:
+        return None
+    if chunk is None or not chunk.endswith(b"\n"):  # lines past the head, or a torn tail
+        return None
+    last = chunk[chunk.rfind(b"\n", 0, len(chunk) - 1) + 1:-1]
+    return (head.count, last) if line_hash(last) == head.sha else None
+
+
+def append_trajectory(paths: RunPaths, record: dict[str, Any], *, whole: bool = False) -> None:
     """Append one chained record (flushed and synced), then move run.json's chain head.
 
     Called under the run's lock: the trajectory survives every reset, and a kill between
     the two writes leaves one line past the head, which the next command adopts.
+    ``whole``: count the file's lines rather than trust the head (a record being repaired).
     """
     with _record_lock(paths):
-        data = paths.trajectory.read_bytes() if paths.trajectory.exists() else b""
-        done, _ = _set_aside_torn(paths, data)
-        record = {"time": round(time.time(), 3), **record, **link_after(done.count, done.last())}
+        try:
+            raw: bytes | None = paths.run_json.read_bytes()
+        except FileNotFoundError:
+            raw = None
+        head = _head_in(raw) if raw is not None else None
+        tail = None if whole or head is None else _tail_at_head(paths, head)
+        if tail is None or head is None or head.end is None:  # torn, lines past the head, no head: read it all
+            data = paths.trajectory.read_bytes() if paths.trajectory.exists() else b""
+            done, _ = _set_aside_torn(paths, data)
+            count, last, size = done.count, done.last(), done.end
+        else:
+            (count, last), size = tail, head.end
+        record = {"time": round(time.time(), 3), **record, **link_after(count, last)}
         line = json.dumps(record, sort_keys=False, default=str).encode()
         with open(paths.trajectory, "ab") as fh:
             fh.write(line + b"\n")
             fh.flush()
             os.fsync(fh.fileno())
-        _set_head(paths, ChainHead(count=done.count + 1, sha=line_hash(line)))
+        if raw is not None:
+            _set_head(paths, ChainHead(count=count + 1, sha=line_hash(line), end=size + len(line) + 1), raw)
 
 
 def heal_trajectory(paths: RunPaths, state: RunState) -> list[str]:
     """Under the lock: set a torn tail aside and adopt lines written past the head."""
     with _record_lock(paths):
         state.chain = _disk_head(paths) or state.chain  # the caller's copy may predate an append
-        if not paths.trajectory.exists():
-            return []
+        if not paths.trajectory.exists() or _tail_at_head(paths, state.chain) is not None:
+            return []  # the file ends with a whole line, the head's: nothing to heal
         done, note = _set_aside_torn(paths, paths.trajectory.read_bytes())
         notes = [note] if note else []
         head = state.chain
         if head is not None and 0 < head.count < done.count:  # rare: only then is the file split
             lines, _ = split_lines(done.data[:done.end])
             if line_hash(lines[head.count - 1]) == head.sha:
-                new = ChainHead(count=len(lines), sha=line_hash(lines[-1]))
+                new = ChainHead(count=len(lines), sha=line_hash(lines[-1]), end=done.end)
                 _set_head(paths, new)
                 state.chain = new
                 notes.append(f"adopted {len(lines) - head.count} trajectory line(s) written after the last "

@@ -89,10 +89,14 @@ def test_help_imports_nothing_heavy(argv: list[str]) -> None:
 
 def test_status_reads_the_lineage_only_through_its_readers(toy: Path, runs_root: Path, core_plugins: None,
                                                            tmp_path: Path) -> None:
-    from avo.engine import start_run
+    from avo.engine import start_run, submit
 
     run = start_run(str(toy), runs_root)
     set_constants(run.paths.work, x=5)
+    # The check at this submit's start signed v0; v1 is newer than the checkpoint, so status
+    # reads v1's commit and its scores file (`sha:.avo/scores.jsonl`) itself.
+    assert submit(run, "X=5").outcome == "accepted"
+    set_constants(run.paths.work, x=6)
     log = _shim(tmp_path / "shim")
     env = {**os.environ, "PATH": f"{log.parent}{os.pathsep}{os.environ['PATH']}", "AVO_DISABLE_PLUGIN_AUTOLOAD": "1",
            "AVO_RUNS_DIR": str(runs_root)}

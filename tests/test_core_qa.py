@@ -165,6 +165,33 @@ def test_deleted_git_dir_is_restored_from_the_private_backup(toy: Path, runs_roo
     assert out.outcome == "accepted" and any("restored accepted commits" in n for n in out.notes)
 
 
+def test_commits_are_found_packed_or_loose_and_a_deleted_one_is_restored(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    """The lookup of every version's commit reads pack indexes and loose folders in-process."""
+    run = start_run(str(toy), runs_root)
+    work = run.paths.work
+    for x in (5, 6):
+        set_constants(work, x=x)
+        assert submit(run, f"X={x}").outcome == "accepted"
+    recorded = [v.sha for v in open_run(run.paths.root, runs_root).state.versions]
+    git(work, "gc", "-q")  # the agent packs everything: nothing is missing, nothing restored
+    assert not list((work / ".git" / "objects").glob(f"{recorded[1][:2]}/{recorded[1][2:]}"))
+    assert run.lineage.missing_commits(recorded) == []
+    set_constants(work, x=7)
+    out = submit(run, "X=7 after a gc")
+    assert out.outcome == "accepted" and not any("restored" in n for n in out.notes), out.notes
+    newest = open_run(run.paths.root, runs_root).state.versions[-1].sha
+    loose = work / ".git" / "objects" / newest[:2] / newest[2:]
+    assert loose.exists()  # written loose by avo itself
+    loose.chmod(0o644)
+    loose.unlink()
+    assert run.lineage.missing_commits([*recorded, newest]) == [newest]
+    set_constants(work, x=4)
+    out = submit(run, "X=4 after the agent deleted a commit object")
+    assert any("restored accepted commits" in n for n in out.notes), out.notes
+    assert git(work, "cat-file", "-t", newest) == "commit"
+
+
 def test_deleted_git_dir_never_reaches_an_enclosing_repository(toy: Path, tmp_path: Path, core_plugins: None) -> None:
     project = tmp_path / "project"
     project.mkdir()

@@ -195,17 +195,23 @@ def test_an_older_checkpoint_replayed_checks_everything_after_it(
 def test_partial_reads_of_the_trajectory_agree_with_a_whole_read(
     toy: Path, runs_root: Path, core_plugins: None
 ) -> None:
-    from avo.prompts import _is_attempt
+    from avo.engine import revert
+    from avo.prompts import ATTEMPT_NEEDLES, _is_attempt
     from avo.state import append_trajectory, read_trajectory, recent_records
 
     run = started(toy, runs_root, accepted=2)
-    for x in (2, 3):
-        set_constants(run.paths.work, x=x)
-        assert submit(open_run(run.paths.root, runs_root), f"X={x}, worse").outcome == "rejected"
+    set_constants(run.paths.work, x=2)
+    assert submit(open_run(run.paths.root, runs_root), "X=2, worse").outcome == "rejected"
+    (run.paths.work / "solution.py").write_text("def square(n):\n    raise ValueError('broken')\n")
+    assert submit(open_run(run.paths.root, runs_root), "broken").outcome == "failed"
+    set_constants(run.paths.work, x=4)
+    assert revert(open_run(run.paths.root, runs_root), "a dead end") is not None
     paths = run.paths
-    for limit in (1, 2, 5):
+    kinds = [(r.get("kind"), r.get("outcome")) for r in read_trajectory(paths) if _is_attempt(r)]
+    assert kinds == [("submit", "rejected")] * 2 + [("submit", "failed"), ("revert", None)]
+    for limit in (1, 2, 3, 5):
         whole = [r for r in read_trajectory(paths) if _is_attempt(r)][-limit:]
-        assert recent_records(paths, (b'"submit"', b'"revert"'), _is_attempt, limit) == whole
+        assert recent_records(paths, ATTEMPT_NEEDLES, _is_attempt, limit) == whole
     tree = next(r["tree"] for r in read_trajectory(paths) if r.get("kind") == "submit")
     assert read_trajectory(paths, mentioning=tree.encode()) == [r for r in read_trajectory(paths)
                                                                  if tree in json.dumps(r)]
@@ -216,5 +222,5 @@ def test_partial_reads_of_the_trajectory_agree_with_a_whole_read(
                               "acknowledged": [{"line": rejected, "sha": _hash(line), "problem": "test"}]})
     kept = [r for r in read_trajectory(paths) if _is_attempt(r)]
     assert json.loads(line) not in kept
-    assert recent_records(paths, (b'"submit"', b'"revert"'), _is_attempt, 5) == kept[-5:]
+    assert recent_records(paths, ATTEMPT_NEEDLES, _is_attempt, 5) == kept[-5:]
     assert json.loads(line) not in read_trajectory(paths, mentioning=json.loads(line)["tree"].encode())

@@ -246,6 +246,9 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
         attempts: Annotated[bool, typer.Option(
             "--attempts", help="Every attempt instead, one line each: step, outcome (accepted, match, rejected, "
             "failed, reverted), the version it became, its scalar or error, and its message.")] = False,
+        every: Annotated[bool, typer.Option(
+            "--all", help="Every version in the table (by default v0 and the newest 49, the rest summarised "
+            "in one line).")] = False,
         json_out: JsonFlag = False,
     ) -> None:
         """The lineage table: accepted versions with per-config scores (--attempts: every attempt).
@@ -255,7 +258,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
         """
         from avo.cli.colony import colony_ref
         from avo.engine import open_run
-        from avo.prompts import lineage_table
+        from avo.prompts import LOG_ROWS, lineage_table
         from avo.state import read_trajectory
 
         with user_errors():
@@ -286,7 +289,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
                 lines = attempt_lines(read_trajectory(r.paths), display_digits(r.state))
                 _print_lines(lines or ["no attempts yet"])
                 return
-            say(lineage_table(r.state, rows=10**9))
+            say(lineage_table(r.state, rows=10**9 if every else LOG_ROWS))
 
     @app.command()
     def runs(
