@@ -9,8 +9,9 @@ are counted with a ``git`` wrapper first on ``PATH`` that logs each call.
 Cost as the run grows: runs of ``AVO_BENCH_SIZES`` versions (default ``10,1000,10000``) are
 grown from a real start by :mod:`synthetic_run` (what accepted submits write, through one
 ``git fast-import``; the full record check must accept each), with trajectories of ten
-records per version (100,000 at 10,000 versions). Each command is then timed on each run,
-interleaved, and reported as a ratio to the smallest run.
+records per version (100,000 at 10,000 versions). Every run is built first; then each
+command is timed on all of them in turn, round after round (so a change of the shared
+machine's load moves every size alike), and reported as a ratio to the smallest run.
 
 ``AVO_BENCH_ISLANDS`` (default: the cores, 2 to 4; 0 skips) and ``AVO_BENCH_ISLAND_STEPS``
 (default 6) size the islands figure: a colony's steps against one run's, wall time.
@@ -29,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -130,27 +132,30 @@ def submits(run_ref: Path, runs_root: Path, steps: int, floor: Floor | None, log
 READERS = ("avo status", "avo prompt", "avo log", "avo plot")
 
 
-def command_costs(run_dir: Path, env: dict[str, str], rounds: int, plot_to: Path) -> dict[str, float]:
-    """Median wall time of the read-only commands on a run, and of one `avo submit` beyond its evaluation."""
+def reader_commands(run_dir: Path, plot_to: Path) -> dict[str, list[str]]:
+    """The read-only commands timed on a run (and `avo --help` beside them)."""
     ref = ["--run", str(run_dir)]
-    cmds = {"avo --help": [*AVO, "--help"], "avo status": [*AVO, "status", *ref],
+    return {"avo --help": [*AVO, "--help"], "avo status": [*AVO, "status", *ref],
             "avo prompt": [*AVO, "prompt", *ref], "avo log": [*AVO, "log", *ref],
             "avo plot": [*AVO, "plot", *ref, "-o", str(plot_to)]}
-    for k, cmd in cmds.items():  # a refusal would be timed as fast as an answer: each must succeed
+
+
+def check_commands(cmds: dict[str, list[str]], env: dict[str, str], run_dir: Path) -> None:
+    """A refusal would be timed as fast as an answer: each command must succeed first."""
+    for k, cmd in cmds.items():
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise SystemExit(f"{k} failed on {run_dir}: {done.stderr.strip()[-500:]}")
-    out = {k: w for k, (w, _) in interleave(cmds, env, rounds).items()}
-    beyond = []
-    for i in range(3):
-        edit(run_dir / "work", 10**6 + i, accept=True)
-        t, _ = wall([*AVO, "submit", "-m", f"cli step {i}", *ref], env)
-        last = json.loads((run_dir / "trajectory.jsonl").read_bytes().splitlines()[-1])
-        if last.get("kind") != "submit" or last.get("outcome") != "accepted":
-            raise SystemExit(f"avo submit did not record an accepted step on {run_dir}: {last}")
-        beyond.append(t - float(last.get("wall_s") or 0.0))
-    out["avo submit beyond its evaluation"] = statistics.median(beyond)
-    return out
+
+
+def cli_submit_beyond(run_dir: Path, env: dict[str, str], i: int) -> float:
+    """One `avo submit` as a command on a run, its wall time beyond its evaluation."""
+    edit(run_dir / "work", 10**6 + i, accept=True)
+    t, _ = wall([*AVO, "submit", "-m", f"cli step {i}", "--run", str(run_dir)], env)
+    last = json.loads((run_dir / "trajectory.jsonl").read_bytes().splitlines()[-1])
+    if last.get("kind") != "submit" or last.get("outcome") != "accepted":
+        raise SystemExit(f"avo submit did not record an accepted step on {run_dir}: {last}")
+    return t - float(last.get("wall_s") or 0.0)
 
 
 ISLAND_AGENT = """
@@ -195,18 +200,11 @@ def islands_bench(tmp: Path, env: dict[str, str], n: int, steps: int) -> list[st
             f"{many_t / one_t:.2f}× | → 1 for N ≤ cores |", ""]
 
 
-def mcp_status(run_dir: Path, runs_root: Path, rounds: int) -> float:
-    """Median wall time of the MCP server's ``avo_status`` tool (in a warm server process)."""
-    from avo.mcp_server import AvoTools
-
-    tools = AvoTools(runs_root)
+def mcp_status_once(tools: Any, run_dir: Path) -> float:
+    """Wall time of one call of the MCP server's ``avo_status`` tool (a warm server process)."""
+    t = time.perf_counter()
     tools.status(run=str(run_dir))
-    times = []
-    for _ in range(rounds):
-        t = time.perf_counter()
-        tools.status(run=str(run_dir))
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return time.perf_counter() - t
 
 
 def prompt_size(run_dir: Path, env: dict[str, str]) -> tuple[int, int]:
@@ -217,27 +215,56 @@ def prompt_size(run_dir: Path, env: dict[str, str]) -> tuple[int, int]:
 
 
 def grown(sizes: list[int], runs_root: Path, env: dict[str, str], tmp: Path) -> tuple[list[str], dict[int, dict]]:
-    """Each size: build, check, time every command; the report's lines and the raw figures."""
+    """Build a run of each size, then time every command on all of them interleaved (size after
+    size within each round), so a change of the machine's load moves every size alike."""
     from synthetic_run import grow
 
-    from avo.engine import start_run
+    from avo.engine import open_run, start_run, submit
+    from avo.mcp_server import AvoTools
 
     figures: dict[int, dict] = {}
+    roots: dict[int, Path] = {}
     for n in sizes:
         t = time.perf_counter()
         run = start_run(str(TOY), runs_root, stall_limit=10**6)
         check_s = grow(run.paths.root, n, 10 * n)
-        build_s = time.perf_counter() - t
-        root = run.paths.root
-        sizes_before = {"run.json": (root / "run.json").stat().st_size,
-                        "trajectory": (root / "trajectory.jsonl").stat().st_size,
-                        "lines": len((root / "trajectory.jsonl").read_bytes().splitlines())}
-        rounds = 5
-        costs = command_costs(root, env, rounds, tmp / f"plot-{n}.png")
-        costs["avo_status (MCP, warm server)"] = mcp_status(root, runs_root, 9)
-        costs["submit, in-process overhead"] = statistics.median(submits(root, runs_root, 6, None, None)["overhead"])
-        figures[n] = {"build_s": build_s, "check_s": check_s, "prompt": prompt_size(root, env), **sizes_before,
-                      **costs}
+        root = roots[n] = run.paths.root
+        figures[n] = {"build_s": time.perf_counter() - t, "check_s": check_s,
+                      "run.json": (root / "run.json").stat().st_size,
+                      "trajectory": (root / "trajectory.jsonl").stat().st_size,
+                      "lines": len((root / "trajectory.jsonl").read_bytes().splitlines())}
+        print(f"size {n}: built {figures[n]}", flush=True)
+    cmds = {n: reader_commands(roots[n], tmp / f"plot-{n}.png") for n in sizes}
+    for n in sizes:
+        check_commands(cmds[n], env, roots[n])
+        figures[n]["prompt"] = prompt_size(roots[n], env)
+    samples: dict[int, dict[str, list[float]]] = {n: {} for n in sizes}
+
+    def add(n: int, key: str, value: float) -> None:
+        samples[n].setdefault(key, []).append(value)
+
+    for _ in range(5):
+        for k in cmds[sizes[0]]:
+            for n in sizes:
+                add(n, k, wall(cmds[n][k], env)[0])
+    tools = AvoTools(runs_root)
+    for n in sizes:
+        tools.status(run=str(roots[n]))  # warm: the server's imports and readers
+    for _ in range(9):
+        for n in sizes:
+            add(n, "avo_status (MCP, warm server)", mcp_status_once(tools, roots[n]))
+    for i in range(6):  # alternately accepted and rejected, each size in turn
+        for n in sizes:
+            run = open_run(str(roots[n]), runs_root)
+            edit(run.paths.work, i, i % 2 == 0)
+            t = time.perf_counter()
+            result = submit(run, f"step {i}")
+            add(n, "submit, in-process overhead", time.perf_counter() - t - result.evaluation.wall_s)
+    for i in range(3):
+        for n in sizes:
+            add(n, "avo submit beyond its evaluation", cli_submit_beyond(roots[n], env, i))
+    for n in sizes:
+        figures[n].update({k: statistics.median(v) for k, v in samples[n].items()})
         print(f"size {n}: {figures[n]}", flush=True)
     small = sizes[0]
     keys = ["submit, in-process overhead", *READERS, "avo_status (MCP, warm server)",
@@ -321,8 +348,8 @@ def main(report: Path) -> None:
         ]
         lines += [
             "Cost as the run grows (runs grown by bench/synthetic_run.py, each accepted by the full record "
-            "check; ten trajectory records per version; medians of 5 interleaved calls, in-process submits "
-            "median of 6, MCP median of 9):",
+            "check; ten trajectory records per version; every size timed in turn within each round: medians "
+            "of 5 rounds, in-process submits median of 6, MCP median of 9, `avo submit` median of 3):",
             "",
             *growth,
             "",
