@@ -266,12 +266,16 @@ def at_speed(pairs: list[tuple[float, float]]) -> list[bool]:
     return [t <= SLOW_FACTOR * fast for t in refs]
 
 
-def speed_gated(pairs: list[tuple[float, float]]) -> tuple[list[float], int]:
-    """The quad ratios timed at speed (all of them if fewer than :data:`MIN_KEPT_QUADS`), and how many were left out."""
+def speed_gated(pairs: list[tuple[float, float]]) -> tuple[list[float], int | None]:
+    """The quad ratios timed at speed and how many were left out; all quads and ``None`` when
+    fewer than :data:`MIN_KEPT_QUADS` were at speed (the machine's speed never settled).
+    With fewer quads than that in all (quick mode's short configs), all of them, ungated."""
     quads = quad_ratios(pairs)
-    kept = [q for q, ok in zip(quads, at_speed(pairs), strict=True) if ok]
-    if len(kept) < min(MIN_KEPT_QUADS, len(quads)):
+    if len(quads) < MIN_KEPT_QUADS:
         return quads, 0
+    kept = [q for q, ok in zip(quads, at_speed(pairs), strict=True) if ok]
+    if len(kept) < MIN_KEPT_QUADS:
+        return quads, None
     return kept, len(quads) - len(kept)
 
 
@@ -372,11 +376,14 @@ def measure(box: Worker, jd: Judge, p: Plan, who: str, seed: int, check: bool = 
             collected[cfg.key] += _pairs(box, jd, p, cfg, who, seed + 100_000 * ci + 10_000 * rnd, rounds, check,
                                          collected[cfg.key])
     slow: list[str] = []
+    unsteady: list[str] = []
     for cfg in p.configs:
         pairs = collected[cfg.key]
         ratios, dropped = speed_gated(pairs)
         if dropped:
             slow.append(f"{cfg.key} {dropped} of {len(pairs) // 2}")
+        elif dropped is None:
+            unsteady.append(cfg.key)
         speedup = statistics.median(ratios)
         t_cand = statistics.median(t for _, t in pairs)
         t_ref = statistics.median(t for t, _ in pairs)
@@ -390,6 +397,11 @@ def measure(box: Worker, jd: Judge, p: Plan, who: str, seed: int, check: bool = 
     if slow:
         line = (f"quads left out, timed while the machine ran slow (their reference-first NumPy call over "
                 f"{SLOW_FACTOR:g}x the config's {SLOW_PERCENTILE:.0%} percentile): {', '.join(slow)}")
+        lines.append(line)
+        report(line)
+    if unsteady:
+        line = (f"the machine's speed was unsteady while timing {', '.join(unsteady)}: fewer than {MIN_KEPT_QUADS} "
+                "quads at speed, so all quads were used (expect more noise in these configs)")
         lines.append(line)
         report(line)
     return metrics, spread, lines
