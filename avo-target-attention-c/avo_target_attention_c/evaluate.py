@@ -244,7 +244,7 @@ def quad_ratios(pairs: list[tuple[float, float]]) -> list[float]:
 
 # A quad whose reference-first NumPy call took over this factor times the config's 10th
 # percentile ran while the machine was slow (measured here: phases of seconds in which the
-# kernel's calls took 30-70 % longer and NumPy's 20-45 %, so the ratio fell by 5-15 %; the
+# kernel's calls took 25-70 % longer and NumPy's 20-45 %, so the ratio fell by 5-15 %; the
 # guest's core speed depends on what the host's other cores do). NumPy's calls in quiet
 # phases stay within ~5 % of each other.
 SLOW_FACTOR = 1.15
@@ -396,7 +396,7 @@ def measure(box: Worker, jd: Judge, p: Plan, who: str, seed: int, check: bool = 
         report(line)
     if slow:
         line = (f"quads left out, timed while the machine ran slow (their reference-first NumPy call over "
-                f"{SLOW_FACTOR:g}x the config's {SLOW_PERCENTILE:.0%} percentile): {', '.join(slow)}")
+                f"{SLOW_FACTOR:g}x the config's {SLOW_PERCENTILE * 100:.0f}th percentile): {', '.join(slow)}")
         lines.append(line)
         report(line)
     if unsteady:
