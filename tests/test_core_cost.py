@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import set_constants
 
-HEAVY = ("git", "gitdb", "numpy", "matplotlib", "mcp", "anthropic", "openai", "pydantic", "rich", "yaml")
+HEAVY = ("git", "gitdb", "numpy", "matplotlib", "mcp", "anthropic", "openai", "pydantic", "rich", "yaml", "pluggy")
 
 SUBMITS = """
 import json, sys
