@@ -54,8 +54,8 @@ def skewed_inputs(rng: np.random.Generator, heads: int, n: int, d: int) -> tuple
     In the last head one early key also has coordinate ``SKEW_RANK`` set, and about a
     quarter of the rows weight it so that this key's logit is ``SKEW_SPIKE``: one key
     dominates, so a fallback (or any path) without the max subtraction overflows exp;
-    that head's max|k| is also nearly twice the others' (a bound carried over from another
-    head is too small). v is standard normal.
+    that key's norm, 32, is ~7x the other heads' max|k|, so a bound carried over from
+    another head is ~130 too small and exp overflows under it too. v is standard normal.
     """
     r = SKEW_RANK
     if d < r + 2:
@@ -70,7 +70,7 @@ def skewed_inputs(rng: np.random.Generator, heads: int, n: int, d: int) -> tuple
     away *= np.stack([rng.permutation(norms) for _ in range(heads)])[..., None]
     q[:, :, r + 1:] = away
     spike_key = int(rng.integers(0, max(1, n // 2)))  # early: most causal rows see it too
-    spike = 8.0
+    spike = 32.0
     k[-1, spike_key, r] = spike
     rows = rng.random(n) < 0.25
     q[-1, rows, r] = SKEW_SPIKE * math.sqrt(d) / spike

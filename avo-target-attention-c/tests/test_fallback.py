@@ -37,8 +37,17 @@ def test_a_wrong_fallback_fails_on_the_skewed_shapes_and_passed_without_them(
     result = evaluate(candidate(WRONG))
     assert not result.correct and result.error is not None
     assert result.error.startswith(f"{SKEWED}: ") and "NaN or inf" in result.error, result.error
-    fixed = evaluate(candidate(mutate(BUG, FIX, WRONG)))
-    assert fixed.correct, fixed.error  # the bound shift itself is fair game: only the fallback was wrong
+    fixed = mutate(BUG, FIX, WRONG)
+    right = evaluate(candidate(fixed))
+    assert right.correct, right.error  # the bound shift itself is fair game: only the fallback was wrong
+    # A bound taken from the first head only is no bound for the second, whose max|k| is larger.
+    reused = mutate("        float kmax = 0.0f;\n        for (int j = 0; j < n; j++) {",
+                    "        static float kmax;\n        if (h == 0) kmax = 0.0f;\n"
+                    "        for (int j = 0; j < n && h == 0; j++) {", fixed)
+    reused = mutate("        kmax = sqrtf(kmax);\n", "        if (h == 0) kmax = sqrtf(kmax);\n", reused)
+    stale = evaluate(candidate(reused))
+    assert not stale.correct and stale.error is not None
+    assert stale.error.startswith(f"{SKEWED}: ") and "NaN or inf" in stale.error, stale.error
     # The hole: with only the normal shapes the fallback never runs and the broken kernel passes.
     monkeypatch.setattr(settings, "GATE_SHAPES", tuple(s for s in settings.GATE_SHAPES if not s.skewed))
     before = evaluate(candidate(WRONG))
