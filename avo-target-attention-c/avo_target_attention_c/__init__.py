@@ -2,7 +2,7 @@
 
 The candidate is ``kernel.c`` (plus an optional ``cflags.txt``). The evaluator compiles
 it and loads it with cffi inside avo's sandbox, checks it against a float64 reference on
-eighteen shapes (the gate), and scores it as its speedup over a NumPy/BLAS attention run
+twenty shapes (the gate), and scores it as its speedup over a NumPy/BLAS attention run
 in the evaluator, interleaved and timed from outside the sandbox, geometric mean over
 4 lengths x 2 masks.
 
@@ -29,7 +29,8 @@ the scalar is their geometric mean, 1.0 = parity with NumPy/BLAS. The kernel is 
 and run in a sandbox (fresh /tmp per evaluation) and timed from outside by the CPU time
 of its whole process; with 1 thread, starting a thread or a process fails. Correctness
 is a gate, not a trade-off: every evaluation checks the output against a float64
-reference on 18 shapes (n = 1, 2, 3, primes, powers of two +-1, scaled logits), within
+reference on 20 shapes (n = 1, 2, 3, primes, powers of two +-1, scaled logits, skewed
+norms: |q| max|k| far above the logits), within
 |err| <= 1e-4 + 1e-4*|ref|, and spot-checks the output of every timed call on fresh
 inputs you cannot predict, at rows drawn after the call. Wrong tails, wrong masks, NaN,
 caching, writing outside out, crashes and hangs all fail. Compiler flags go in

@@ -182,7 +182,7 @@ def run_gate(box: Worker, p: Plan, seed: int) -> tuple[float, str]:
     worst, where = 0.0, ""
     for idx, shape in enumerate(p.gate, 1):
         what = f"gate shape {idx}/{len(p.gate)} ({shape.label()})"
-        q, k, v = make_inputs(seed + idx, shape.heads, shape.n, D, shape.logit_scale)
+        q, k, v = make_inputs(seed + idx, shape.heads, shape.n, D, shape.logit_scale, shape.skewed)
         box.put(q, k, v)
         # Generous for the seed at the largest shapes, far below any real hang.
         timeout = p.call_timeout + 1e-8 * shape.heads * shape.n * shape.n * D

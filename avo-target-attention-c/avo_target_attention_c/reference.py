@@ -16,18 +16,66 @@ F32 = NDArray[np.float32]
 F64 = NDArray[np.float64]
 
 
-def make_inputs(seed: int, heads: int, n: int, d: int, logit_scale: float = 1.0) -> tuple[F32, F32, F32]:
-    """Deterministic q, k, v (standard normal, float32, contiguous [heads][n][d]).
+def make_inputs(seed: int, heads: int, n: int, d: int, logit_scale: float = 1.0,
+                skewed: bool = False) -> tuple[F32, F32, F32]:
+    """Deterministic q, k, v (float32, contiguous [heads][n][d]): standard normal, or skewed.
 
     ``logit_scale`` multiplies q: at 5.0 the scores reach several hundred, so a kernel
     that skips the max-subtraction overflows expf and a fast exp that does not clamp its
-    argument underflows into garbage.
+    argument underflows into garbage. ``skewed`` draws :func:`skewed_inputs` instead.
     """
     rng = np.random.default_rng(seed)
+    if skewed:
+        return skewed_inputs(rng, heads, n, d)
     qkv = rng.standard_normal((3, heads, n, d), dtype=np.float32)
     if logit_scale != 1.0:
         qkv[0] *= np.float32(logit_scale)
     return qkv[0], qkv[1], qkv[2]
+
+
+SKEW_RANK = 8  # the keys' subspace: coordinates 0..SKEW_RANK-1, plus the spike coordinate
+SKEW_SPIKE = 150.0  # the spike key's logit in spiked rows: expf(150) overflows float32
+SKEW_NORMS = (0.0, 3.5)  # log10 range of the norms of the rows' orthogonal parts of q
+
+
+def skewed_inputs(rng: np.random.Generator, heads: int, n: int, d: int) -> tuple[F32, F32, F32]:
+    """Legal inputs on which norm bounds of the logits lie far above the logits.
+
+    Keys lie in the span of the first ``SKEW_RANK`` coordinates. Each query adds to a
+    moderate part in that span (logits ~N(0, 0.7^2)) a part in the other coordinates,
+    where every key is exactly 0, whose norm is log-spaced over the rows from 1 to ~3e3
+    (shuffled): the logits stay moderate while the Cauchy-Schwarz bound |q| max|k| / sqrt(d)
+    runs from about the row max to thousands above it. A softmax that shifts by such a
+    bound instead of the row max sees every gap, from none through partial to total
+    underflow of exp, so its fallback runs, on several rows of every block. The products
+    in the other coordinates are exact zeros, so honest float32 kernels stay as accurate
+    as on normal inputs whatever their summation order.
+
+    In the last head one early key also has coordinate ``SKEW_RANK`` set, and about a
+    quarter of the rows weight it so that this key's logit is ``SKEW_SPIKE``: one key
+    dominates, so a fallback (or any path) without the max subtraction overflows exp;
+    that key's norm, 32, is ~7x the other heads' max|k|, so a bound carried over from
+    another head is ~130 too small and exp overflows under it too. v is standard normal.
+    """
+    r = SKEW_RANK
+    if d < r + 2:
+        raise ValueError(f"skewed inputs need d >= {r + 2}, got {d}")
+    q = np.zeros((heads, n, d), dtype=np.float32)
+    k = np.zeros((heads, n, d), dtype=np.float32)
+    k[:, :, :r] = rng.standard_normal((heads, n, r), dtype=np.float32)
+    q[:, :, :r] = 2.0 * rng.standard_normal((heads, n, r), dtype=np.float32)
+    away = rng.standard_normal((heads, n, d - r - 1))
+    away /= np.linalg.norm(away, axis=-1, keepdims=True)
+    norms = np.logspace(*SKEW_NORMS, n)
+    away *= np.stack([rng.permutation(norms) for _ in range(heads)])[..., None]
+    q[:, :, r + 1:] = away
+    spike_key = int(rng.integers(0, max(1, n // 2)))  # early: most causal rows see it too
+    spike = 32.0
+    k[-1, spike_key, r] = spike
+    rows = rng.random(n) < 0.25
+    q[-1, rows, r] = SKEW_SPIKE * math.sqrt(d) / spike
+    v = rng.standard_normal((heads, n, d), dtype=np.float32)
+    return q, k, v
 
 
 def causal_bias(n: int, dtype: type = np.float32) -> NDArray[np.floating]:

@@ -35,27 +35,33 @@ class Shape(BaseModel):
     n: int = Field(gt=0)
     causal: bool
     logit_scale: float = 1.0
+    skewed: bool = Field(default=False, description="reference.skewed_inputs instead of normal q, k, v")
 
     def label(self) -> str:
         big = f", logits x{self.logit_scale:g}" if self.logit_scale != 1.0 else ""
-        return f"heads={self.heads} n={self.n} {'causal' if self.causal else 'non-causal'}{big}"
+        skew = ", skewed norms" if self.skewed else ""
+        return f"heads={self.heads} n={self.n} {'causal' if self.causal else 'non-causal'}{big}{skew}"
 
 
-def _s(heads: int, n: int, causal: bool, logit_scale: float = 1.0) -> Shape:
-    return Shape(heads=heads, n=n, causal=causal, logit_scale=logit_scale)
+def _s(heads: int, n: int, causal: bool, logit_scale: float = 1.0, skewed: bool = False) -> Shape:
+    return Shape(heads=heads, n=n, causal=causal, logit_scale=logit_scale, skewed=skewed)
 
 
-# Eighteen shapes: 1, 2, 3, powers of two +-1, a large prime, both masks, more than one
-# head, and scaled logits (scores of several hundred: a kernel without the max
-# subtraction overflows expf; a fast exp without a clamp underflows into garbage).
+# Twenty shapes: 1, 2, 3, powers of two +-1, a large prime, both masks, more than one
+# head, scaled logits (scores of several hundred: a kernel without the max subtraction
+# overflows expf; a fast exp without a clamp underflows into garbage), and skewed norms
+# (keys in a subspace, queries mostly orthogonal to it: |q| max|k| far above every logit,
+# so a softmax that shifts by that bound instead of the row max runs its fallback; one
+# key dominating some rows). They follow the others so that shapes keep their numbers.
 GATE_SHAPES: tuple[Shape, ...] = (
     _s(1, 1, False), _s(1, 1, True), _s(2, 2, True), _s(1, 3, False), _s(1, 3, True),
     _s(3, 7, False), _s(2, 15, True), _s(2, 17, False), _s(1, 31, True), _s(1, 33, False),
     _s(2, 63, True), _s(1, 65, False), _s(1, 127, True), _s(2, 129, False),
     _s(1, 255, False, 5.0), _s(1, 257, True, 5.0),
+    _s(2, 97, False, skewed=True), _s(2, 251, True, skewed=True),
     _s(1, 1021, False), _s(1, 2039, True),
 )
-QUICK_GATE_MAX_N = 257  # quick mode keeps the 16 shapes up to here
+QUICK_GATE_MAX_N = 257  # quick mode keeps the 18 shapes up to here
 
 
 class BenchConfig(BaseModel):

@@ -20,7 +20,7 @@ def test_seed_passes_the_gate_and_scores_every_config(candidate: Make, evaluate:
     assert all(v > 0 and math.isfinite(v) for v in result.metrics.values())
     assert result.spread is not None and set(result.spread) == set(result.metrics)
     assert result.notes is not None
-    assert "16 shapes vs float64 passed" in result.notes
+    assert "18 shapes vs float64 passed" in result.notes
     assert "candidate 1 (OMP_NUM_THREADS=1" in result.notes and "openblas 1 thread(s)" in result.notes
 
 
@@ -30,7 +30,7 @@ def test_dropped_tail_keys_fail_naming_the_shape_and_rows(candidate: Make, evalu
     result = evaluate(candidate(broken))
     assert not result.correct
     assert result.error is not None
-    assert "gate shape 6/16 (heads=3 n=7 non-causal)" in result.error
+    assert "gate shape 6/18 (heads=3 n=7 non-causal)" in result.error
     assert "outside the tolerance" in result.error and "wrong query rows (7 of 7)" in result.error
 
 
@@ -38,7 +38,7 @@ def test_causal_mask_that_lets_one_future_key_through_fails(candidate: Make, eva
     broken = mutate(LAST_LINE, "int last = causal ? (i + 2 < n ? i + 2 : n) : n;")
     result = evaluate(candidate(broken))
     assert not result.correct and result.error is not None
-    assert "gate shape 3/16 (heads=2 n=2 causal)" in result.error
+    assert "gate shape 3/18 (heads=2 n=2 causal)" in result.error
     assert "outside the tolerance" in result.error
     # every row but the last sees a key it must not: row 1 (the last) is right
     assert "wrong query rows (1 of 2): 0" in result.error
@@ -51,7 +51,7 @@ def test_fast_exp_is_fine_alone_but_broken_by_fast_math(candidate: Make, evaluat
     broken = evaluate(candidate(kernel, cflags="-O3 -ffast-math"))
     assert not broken.correct and broken.error is not None
     # n=1 has a single weight (exp(0) = 1 exactly): the first shape that can show it is n=2.
-    assert "gate shape 3/16 (heads=2 n=2 causal)" in broken.error
+    assert "gate shape 3/18 (heads=2 n=2 causal)" in broken.error
     assert "outside the tolerance" in broken.error
 
 
@@ -59,7 +59,7 @@ def test_segfault_is_a_failed_evaluation_naming_signal_and_shape(candidate: Make
     result = evaluate(candidate(at_entry("if (n == 17) *(volatile int *)0 = 1;")))
     assert not result.correct and result.error is not None
     assert "crashed with SIGSEGV" in result.error
-    assert "gate shape 8/16 (heads=2 n=17 non-causal)" in result.error
+    assert "gate shape 8/18 (heads=2 n=17 non-causal)" in result.error
 
 
 def test_abort_is_named(candidate: Make, evaluate: Eval) -> None:
@@ -72,7 +72,7 @@ def test_infinite_loop_times_out_and_names_the_shape(candidate: Make, evaluate: 
     result = evaluate(candidate(at_entry("if (n == 3) for (volatile int spin = 0;; spin++) {}")))
     assert not result.correct and result.error is not None
     assert result.error.startswith("timed out: no answer within")
-    assert "gate shape 4/16 (heads=1 n=3 non-causal)" in result.error
+    assert "gate shape 4/18 (heads=1 n=3 non-causal)" in result.error
 
 
 def test_a_kernel_that_replays_a_cached_result_fails_on_timed_calls(candidate: Make, evaluate: Eval) -> None:
@@ -87,11 +87,11 @@ def test_nan_in_the_output_fails(candidate: Make, evaluate: Eval) -> None:
     broken = mutate("    free(scores);\n}", "    if (n == 65) out[5] = NAN;\n    free(scores);\n}")
     result = evaluate(candidate(broken))
     assert not result.correct and result.error is not None
-    assert "gate shape 12/16 (heads=1 n=65 non-causal): 1 of 4160 outputs are NaN or inf" in result.error
+    assert "gate shape 12/18 (heads=1 n=65 non-causal): 1 of 4160 outputs are NaN or inf" in result.error
 
 
 def test_a_kernel_that_skips_work_on_later_calls_leaves_nan(candidate: Make, evaluate: Eval) -> None:
-    lazy = at_entry("static int calls; if (++calls > 16) return;")  # the 16 gate calls work
+    lazy = at_entry("static int calls; if (++calls > 18) return;")  # the 18 gate calls work
     result = evaluate(candidate(lazy))
     assert not result.correct and result.error is not None
     # the first call after the gate is a benchmark's warm-up call, checked like a timed one

@@ -60,7 +60,7 @@ def test_a_helper_thread_that_stays_is_a_failed_evaluation_naming_it(candidate: 
     HONEST;""")
     result = evaluate(candidate(kernel, cflags="-pthread"))
     assert not result.correct and result.error is not None
-    assert result.error.startswith("the kernel started 1 thread(s) while running gate shape 1/16")
+    assert result.error.startswith("the kernel started 1 thread(s) while running gate shape 1/18")
 
 
 def test_work_in_a_child_process_is_detected(candidate: Make, evaluate: Eval) -> None:
@@ -94,7 +94,7 @@ def test_a_double_forked_daemon_is_seen_and_dies_with_the_sandbox(candidate: Mak
     HONEST;""")
     result = evaluate(candidate(kernel))
     assert not result.correct and result.error is not None
-    assert "the kernel started 1 child process(es)" in result.error and "while running gate shape 1/16" in result.error
+    assert "the kernel started 1 child process(es)" in result.error and "while running gate shape 1/18" in result.error
 
 
 PATCH_TIMER = r"""#include <dlfcn.h>
