@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import stat
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -391,18 +392,33 @@ _TAIL_CHUNK = 1 << 16
 
 
 def _tail_chunk(path: Path, size: int) -> bytes | None:
-    """The end of ``path`` from its last-but-one newline (its last line), if the file is
-    ``size`` bytes long; ``None`` if it is not."""
-    with open(path, "rb") as fh:
-        if os.fstat(fh.fileno()).st_size != size:
+    """The end of ``path`` from its last-but-one newline (its last line), if the file is a
+    regular file ``size`` bytes long; ``None`` if it is not, or if it changes while read.
+
+    Read backwards one chunk at a time, each byte once: a last line of 100 MB costs one read
+    of it, and a file cut short under the reader ends the read instead of repeating it."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # never waits on a pipe put in its place
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != size:
             return None
-        chunk = b""
-        while True:
-            start = max(0, size - len(chunk) - _TAIL_CHUNK)
-            fh.seek(start)
-            chunk = fh.read(size - start)
-            if start == 0 or chunk.rfind(b"\n", 0, len(chunk) - 1) >= 0:
-                return chunk
+        parts: list[bytes] = []
+        pos = size
+        while pos > 0:
+            start = max(0, pos - _TAIL_CHUNK)
+            block = os.pread(fd, pos - start, start)
+            if len(block) != pos - start:
+                return None  # cut short meanwhile
+            parts.append(block)
+            # the last byte is the final newline, not the one before the last line
+            nl = block.rfind(b"\n", 0, min(len(block), size - 1 - start))
+            if nl >= 0:
+                parts[-1] = block[nl + 1:]
+                break
+            pos = start
+        return b"".join(reversed(parts))
+    finally:
+        os.close(fd)
 
 
 def _tail_at_head(paths: RunPaths, head: ChainHead | None) -> tuple[int, bytes] | None:
@@ -418,7 +434,7 @@ def _tail_at_head(paths: RunPaths, head: ChainHead | None) -> tuple[int, bytes] 
         return None
     try:
         chunk = _tail_chunk(paths.trajectory, head.end)
-    except FileNotFoundError:
+    except OSError:  # not there, or not readable: the whole-file path says why
         return None
     if chunk is None or not chunk.endswith(b"\n"):  # lines past the head, or a torn tail
         return None
