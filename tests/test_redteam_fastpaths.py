@@ -242,3 +242,47 @@ def test_a_long_last_line_is_read_once_per_append(toy: Path, runs_root: Path, co
     assert read < 3 * len(long), read
     code, out = avo("status")
     assert code == 0, out
+
+
+_TRUNCATE_ON_OPEN = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init()
+if fd < 0 or libc.inotify_add_watch(fd, sys.argv[1].encode(), 0x20) < 0:  # IN_OPEN
+    sys.exit("no inotify")
+print("ready", flush=True)
+os.read(fd, 4096)  # the moment avo opens the trajectory ...
+os.truncate(sys.argv[1], 0)  # ... the agent cuts it short under the reader
+print("cut", flush=True)
+"""
+
+_APPEND = "import sys; from pathlib import Path; from avo.state import RunPaths, append_trajectory; " \
+          "append_trajectory(RunPaths(Path(sys.argv[1])), {'kind': 'note', 'step': 0})"
+
+
+def test_a_trajectory_cut_short_while_its_tail_is_read_ends_the_read(toy: Path, runs_root: Path,
+                                                                     core_plugins: None) -> None:
+    run = started(toy, runs_root)
+    set_constants(run.paths.work, x=1)
+    assert revert(open_run(run.paths.root, runs_root), "abandoned: " + "y" * 8_000_000) is not None  # a long last line
+    hostile = subprocess.Popen([sys.executable, "-c", _TRUNCATE_ON_OPEN, str(run.paths.trajectory)],
+                               stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert hostile.stdout is not None and hostile.stdout.readline().strip() == "ready"
+        child = subprocess.Popen([sys.executable, "-c", _APPEND, str(run.paths.root)], cwd=ROOT,
+                                 start_new_session=True)
+        try:
+            code = child.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+            code = None
+        assert hostile.wait(timeout=60) == 0
+    finally:
+        if hostile.poll() is None:
+            os.killpg(hostile.pid, signal.SIGKILL)
+            hostile.wait()
+    assert code is not None, "the append read the cut trajectory's tail forever (holding the record lock)"
+    assert code == 0
+    code_, out = avo("status")  # the cut is named, not believed
+    assert code_ == 1 and "trajectory.jsonl" in out, out
