@@ -251,9 +251,31 @@ def _objects(git_dir: Path) -> _Objects:
         return cached[1]
     if cached:
         cached[1].close()
+    _refuse_odd_objects(git_dir / "objects")
     store = _Objects(git_dir)
     _STORES[key] = (ident, store)
     return store
+
+
+def _refuse_odd_objects(objects: Path) -> None:
+    """Raise unless every loose object and pack file is a regular file: git opens them
+    blocking and following links, so a FIFO there would stop its reader (and avo) forever.
+    Once per reader started: the listing gives each entry's type without a stat."""
+    try:
+        with os.scandir(objects) as top:
+            folders = [e.path for e in top
+                       if (len(e.name) == 2 or e.name == "pack") and e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return  # git says what is wrong with it
+    for folder in folders:
+        try:
+            with os.scandir(folder) as it:
+                odd = next((e.path for e in it if not e.is_file(follow_symlinks=False)), None)
+        except OSError:
+            continue
+        if odd is not None:
+            raise AvoError(f"{odd} is not a regular file (a pipe, a device, a folder or a link): git would wait "
+                           "on it or read it forever; move it away and run the command again")
 
 
 def _forget(git_dir: Path) -> None:

@@ -286,3 +286,30 @@ def test_a_trajectory_cut_short_while_its_tail_is_read_ends_the_read(toy: Path, 
     assert code == 0
     code_, out = avo("status")  # the cut is named, not believed
     assert code_ == 1 and "trajectory.jsonl" in out, out
+
+
+# -- pipes in place of what a read-only command reads ------------------------------------------
+
+
+def test_a_pipe_in_the_backup_or_for_the_trajectory_stops_no_reader(toy: Path, runs_root: Path,
+                                                                    core_plugins: None) -> None:
+    run = started(toy, runs_root)
+    path = _loose(run.paths.backup, run.state.versions[1].sha)
+    path.unlink()
+    os.mkfifo(path)  # git's reader would open it and wait forever
+    done = _avo_child(["status", "--run", str(run.paths.root)], runs_root, timeout=30)
+    assert done is not None, "avo status waited forever on a FIFO in the backup"
+    assert done.returncode == 1 and "is not a regular file" in done.stdout, done.stdout
+    path.unlink()
+
+    data = run.paths.trajectory.read_bytes()
+    run.paths.trajectory.unlink()
+    os.mkfifo(run.paths.trajectory)
+    done = _avo_child(["status", "--run", str(run.paths.root)], runs_root, timeout=30)
+    assert done is not None, "avo status waited forever on a FIFO for the trajectory"
+    assert done.returncode == 1 and "trajectory.jsonl is not a regular file" in done.stdout, done.stdout
+    assert "Traceback" not in done.stdout
+    run.paths.trajectory.unlink()
+    run.paths.trajectory.write_bytes(data)
+    code, out = avo("status")
+    assert code == 1 and "does not hold" in out  # the backup lost v1's commit: named, as ever
