@@ -96,16 +96,18 @@ def test_a_pipe_where_a_pack_index_is_expected_is_never_waited_on(toy: Path, run
     run = started(toy, runs_root)
     pack_dir = run.paths.work / ".git" / "objects" / "pack"
     pack_dir.mkdir(parents=True, exist_ok=True)
-    os.mkfifo(pack_dir / "pack-fifo.idx")  # no pack beside it: git ignores it, and so must avo
-    done = _avo_child(["recover", "--run", str(run.paths.root)], runs_root)
-    assert done is not None, "avo recover waited forever on a FIFO named like a pack index"
-    assert done.returncode == 0, done.stdout
-
-    (pack_dir / "pack-fifo.pack").write_bytes(b"PACK" + b"\0" * 40)  # now git would wait on it too
-    done = _avo_child(["recover", "--run", str(run.paths.root)], runs_root)
-    assert done is not None, "avo recover waited forever on a FIFO named like a pack index"
-    assert done.returncode == 1 and "pack-fifo.idx is not a regular file" in done.stdout, done.stdout
-    assert "Traceback" not in done.stdout
+    os.mkfifo(pack_dir / "pack-fifo.idx")
+    for pack in (False, True):  # with a pack beside it, git itself would wait on it too
+        if pack:
+            (pack_dir / "pack-fifo.pack").write_bytes(b"PACK" + b"\0" * 40)
+        done = _avo_child(["recover", "--run", str(run.paths.root)], runs_root)
+        assert done is not None, "avo recover waited forever on a FIFO named like a pack index"
+        assert done.returncode == 1 and "pack-fifo.idx is not a regular file" in done.stdout, done.stdout
+        assert "Traceback" not in done.stdout
+    (pack_dir / "pack-fifo.idx").unlink()
+    (pack_dir / "pack-fifo.pack").unlink()
+    code, out = avo("recover")  # moved away: the run goes on
+    assert code == 0, out
 
 
 def test_a_pipe_in_place_of_an_accepted_commit_is_refused_clearly(toy: Path, runs_root: Path,
