@@ -315,3 +315,20 @@ def test_a_pipe_in_the_backup_or_for_the_trajectory_stops_no_reader(toy: Path, r
     run.paths.trajectory.write_bytes(data)
     code, out = avo("status")
     assert code == 1 and "does not hold" in out  # the backup lost v1's commit: named, as ever
+
+
+def test_recover_reads_no_version_through_a_forged_backup_tree(toy: Path, runs_root: Path,
+                                                               core_plugins: None) -> None:
+    run = started(toy, runs_root)
+    v1 = run.state.versions[1]
+    first, second = scores_file(run.state.versions).splitlines(keepends=True)
+    line = json.loads(second)
+    forged = first + json.dumps({**line, "message": "forged", "step": 99}) + "\n"  # the trailers still agree
+    path, genuine = _forge_scores_tree(run.paths.backup, v1.sha, forged)
+    code, out = avo("recover")
+    assert code == 1 and "the backup itself is damaged" in out, out  # named, not believed
+    state = open_run(run.paths.root, runs_root, check=False).state
+    assert (state.versions[1].message, state.versions[1].step) == (v1.message, v1.step)
+    path.write_bytes(genuine)
+    code, out = avo("recover")
+    assert code == 0, out
