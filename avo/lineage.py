@@ -201,8 +201,14 @@ class _Objects:
             assert stdin is not None and stdout is not None
             clean = [s if s and "\n" not in s else "0" * 40 for s in specs]
             # A thread writes the requests while this one reads the answers: neither pipe can fill.
-            writer = threading.Thread(target=lambda: (stdin.write("".join(f"{s}\n" for s in clean).encode()),
-                                                      stdin.flush()), daemon=True)
+            def send() -> None:
+                try:
+                    stdin.write("".join(f"{s}\n" for s in clean).encode())
+                    stdin.flush()
+                except (OSError, ValueError):  # the reader was stopped (a failed batch): no answers wanted
+                    pass
+
+            writer = threading.Thread(target=send, daemon=True)
             writer.start()
             out: list[tuple[str, str, bytes] | None] = []
             answers = _Answers(stdout)
