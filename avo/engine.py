@@ -29,7 +29,7 @@ from avo.errors import AvoError, BlockedError, IntegrityError
 from avo.eval_inputs import strip_meta
 from avo.evaluation import MALFORMED_BASELINES, MALFORMED_PREFIX, Evaluation
 from avo.integrity import compare, hash_tree
-from avo.lineage import META_DIR, CandidateError, Lineage, diff_fingerprint, foreign_git_dir, read_object
+from avo.lineage import META_DIR, CandidateError, Lineage, diff_fingerprint, foreign_git_dir, read_any
 from avo.models import EvalJob, JobResult, TargetSpec, WorkLimits
 from avo.partials import builds_partials
 from avo.policy import confirm, first_look, single_decision
@@ -451,9 +451,12 @@ def _scores_with(run: Run, version: Version) -> str:
     line formatted per submit, not one per version of the run.
     """
     last = run.state.versions[-1]
-    base = read_object(run.paths.backup, f"{last.sha}:{SCORES_FILE}")
-    if base is not None and base.endswith(scores_line(last).encode()):
-        return base.decode() + scores_line(version)
+    # read_any walks commit, trees and blob each hashed to its id: git's own `sha:path` checks
+    # only the blob, so a tree rewritten in the backup under its old name would hand out a
+    # file of the agent's making, to be committed with every version from here on.
+    got = read_any(run.paths.backup, f"{last.sha}:{SCORES_FILE}")
+    if got is not None and got[1] == "blob" and got[2].endswith(scores_line(last).encode()):
+        return got[2].decode() + scores_line(version)
     return scores_file([*run.state.versions, version])
 
 

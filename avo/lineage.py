@@ -201,18 +201,31 @@ class _Objects:
             assert stdin is not None and stdout is not None
             clean = [s if s and "\n" not in s else "0" * 40 for s in specs]
             # A thread writes the requests while this one reads the answers: neither pipe can fill.
-            writer = threading.Thread(target=lambda: (stdin.write("".join(f"{s}\n" for s in clean).encode()),
-                                                      stdin.flush()), daemon=True)
+            def send() -> None:
+                try:
+                    stdin.write("".join(f"{s}\n" for s in clean).encode())
+                    stdin.flush()
+                except (OSError, ValueError):  # the reader was stopped (a failed batch): no answers wanted
+                    pass
+
+            writer = threading.Thread(target=send, daemon=True)
             writer.start()
             out: list[tuple[str, str, bytes] | None] = []
             answers = _Answers(stdout)
             for _ in clean:
-                header = answers.line().decode("utf-8", "replace").split()
-                if len(header) != 3 or not _is_sha(header[0]):
-                    out.append(None)
-                    continue
-                size = int(header[2])
-                out.append(_checked(header[0], header[1], answers.take(size + 1)[:size]))
+                try:
+                    header = answers.line().decode("utf-8", "replace").split()
+                    # "<spec> missing" is three words too when the spec holds a space (a hand-edited
+                    # run.json's commit id): only a size makes an answer with a body.
+                    if len(header) != 3 or not _is_sha(header[0]) or not header[2].isdigit():
+                        out.append(None)
+                        continue
+                    size = int(header[2])
+                    out.append(_checked(header[0], header[1], answers.take(size + 1)[:size]))
+                except BaseException:
+                    # Answers left unread would be handed to the next request: start a new reader.
+                    self.cmd.clear_cache()
+                    raise
             writer.join()
             answers.finish()
         return out
@@ -244,9 +257,31 @@ def _objects(git_dir: Path) -> _Objects:
         return cached[1]
     if cached:
         cached[1].close()
+    _refuse_odd_objects(git_dir / "objects")
     store = _Objects(git_dir)
     _STORES[key] = (ident, store)
     return store
+
+
+def _refuse_odd_objects(objects: Path) -> None:
+    """Raise unless every loose object and pack file is a regular file: git opens them
+    blocking and following links, so a FIFO there would stop its reader (and avo) forever.
+    Once per reader started: the listing gives each entry's type without a stat."""
+    try:
+        with os.scandir(objects) as top:
+            folders = [e.path for e in top
+                       if (len(e.name) == 2 or e.name == "pack") and e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return  # git says what is wrong with it
+    for folder in folders:
+        try:
+            with os.scandir(folder) as it:
+                odd = next((e.path for e in it if not e.is_file(follow_symlinks=False)), None)
+        except OSError:
+            continue
+        if odd is not None:
+            raise AvoError(f"{odd} is not a regular file (a pipe, a device, a folder or a link): git would wait "
+                           "on it or read it forever; move it away and run the command again")
 
 
 def _forget(git_dir: Path) -> None:
@@ -346,23 +381,73 @@ def _write_file_atomic(path: Path, data: bytes) -> None:
     os.replace(lock, path)
 
 
+_IDX_MAGIC = b"\xfftOc\x00\x00\x00\x02"  # a version-2 pack index: git has written no other kind since 1.5.2
+
+
+def _open_regular(path: Path) -> int | None:
+    """A descriptor of ``path`` if it is a regular file (never a link, a pipe or a device:
+    a FIFO would be waited on forever, /dev/zero read forever); ``None`` if it is not there.
+
+    Raises AvoError for anything else there: git itself would hang or fail on it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise AvoError(f"{path} cannot be read ({exc.strerror}): it is not a regular file git wrote; move it "
+                       "away and run the command again") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise AvoError(f"{path} is not a regular file (a pipe or a device?): git would wait on it or read it "
+                       "forever; move it away and run the command again")
+    return fd
+
+
+def _pread_exact(fd: int, size: int, offset: int) -> bytes | None:
+    data = os.pread(fd, size, offset)
+    return data if len(data) == size else None
+
+
 def _packed_ids(pack_dir: Path) -> set[bytes]:
-    """The ids (20 raw bytes) every version-2 pack index in ``pack_dir`` lists."""
+    """The ids (20 raw bytes) the version-2 pack indexes in ``pack_dir`` list, counting only an
+    index whose pack is there and is the one it indexes (its checksum), as git counts them: an
+    index left without its pack (or planted beside another) lists objects git cannot read.
+
+    Reads only an index's header and id table, never a whole file of any size."""
     out: set[bytes] = set()
     try:
         names = [n for n in os.listdir(pack_dir) if n.endswith(".idx")]
     except OSError:
         return out
     for name in names:
+        pack_fd = _open_regular(pack_dir / f"{name[:-4]}.pack")
+        if pack_fd is None:
+            continue  # git ignores an index without its pack
         try:
-            data = (pack_dir / name).read_bytes()
-        except OSError:
-            continue
-        if data[:8] != b"\xfftOc\x00\x00\x00\x02" or len(data) < 8 + 1024:
-            continue  # not a version-2 index: git has written no other kind since 1.5.2
-        count = int.from_bytes(data[8 + 1020:8 + 1024], "big")
-        table = data[8 + 1024:8 + 1024 + 20 * count]
-        out.update(table[i:i + 20] for i in range(0, len(table), 20))
+            fd = _open_regular(pack_dir / name)
+            if fd is None:
+                continue
+            try:
+                size = os.fstat(fd).st_size
+                head = _pread_exact(fd, 8 + 1024, 0) if size >= 8 + 1024 + 40 else None
+                if head is None or head[:8] != _IDX_MAGIC:
+                    continue
+                count = int.from_bytes(head[8 + 1020:], "big")
+                # ids, CRCs, offsets (4 bytes each, plus 8 per large offset), the two checksums
+                if not 8 + 1024 + 28 * count + 40 <= size <= 8 + 1024 + 36 * count + 40:
+                    continue
+                trailer = _pread_exact(fd, 20, size - 40)
+                pack_size = os.fstat(pack_fd).st_size
+                pack_sum = _pread_exact(pack_fd, 20, pack_size - 20) if pack_size >= 32 else None
+                if trailer is None or pack_sum != trailer:
+                    continue  # not this pack's index
+                table = _pread_exact(fd, 20 * count, 8 + 1024)
+                if table is not None:
+                    out.update(table[i:i + 20] for i in range(0, len(table), 20))
+            finally:
+                os.close(fd)
+        finally:
+            os.close(pack_fd)
     return out
 
 
@@ -448,18 +533,31 @@ def read_any(git_dir: Path, spec: str) -> tuple[str, str, bytes] | None:
 
 
 def _read_path(git_dir: Path, rev: str, path: str) -> tuple[str, str, bytes] | None:
-    """``rev:path`` (``rev`` a commit or tree id) walked object by object with :func:`read_any`,
-    so a run's scores file is read in-process too; git resolves anything else."""
+    """``rev:path`` (``rev`` a commit, tag or tree id) walked object by object with
+    :func:`read_any`, each hashed to its id, so a run's scores file is read in-process too.
+
+    Never git's own ``rev:path``: git walks the trees without checking them, so a loose tree
+    or commit rewritten under its old name would hand out another file."""
     got = read_any(git_dir, rev)
+    for _ in range(5):  # peel annotated tags
+        if got is None or got[1] != "tag":
+            break
+        target = got[2][7:47].decode("ascii", "replace") if got[2].startswith(b"object ") else ""
+        got = read_any(git_dir, target) if _is_sha(target) else None
     if got is None or got[1] not in ("commit", "tree"):
-        return _objects(git_dir).read(f"{rev}:{path}")  # a tag to peel, or not there: git decides
+        return None
     if got[1] == "commit":
-        got = read_any(git_dir, _parse_commit(got[0], got[2]).tree)
+        tree = _parse_commit(got[0], got[2]).tree
+        got = read_any(git_dir, tree) if _is_sha(tree) else None
     for name in path.split("/"):
         if got is None or got[1] != "tree" or not name:
             return None
-        entry = next((sha for _m, _k, sha, n in _tree_entries(got[2]) if n == name), None)
-        if entry is None:
+        try:
+            entries = _tree_entries(got[2])
+        except (ValueError, UnicodeDecodeError):  # not a tree git wrote (crafted): nothing there
+            return None
+        entry = next((sha for _m, _k, sha, n in entries if n == name), None)
+        if entry is None or not _is_sha(entry):
             return None
         got = read_any(git_dir, entry)
     return got
@@ -929,7 +1027,7 @@ class Lineage:
         """
         objects = self.git_dir / "objects"
         packed = _packed_ids(objects / "pack")
-        listed: dict[str, set[str]] = {}
+        listed: dict[str, dict[str, bool]] = {}
         missing = []
         for sha in shas:
             if not _is_sha(sha):
@@ -939,12 +1037,19 @@ class Lineage:
                 continue
             fan = listed.get(sha[:2])
             if fan is None:
-                try:
-                    fan = listed[sha[:2]] = set(os.listdir(objects / sha[:2]))
+                try:  # the entries' types come with the listing: no stat per object
+                    with os.scandir(objects / sha[:2]) as it:
+                        fan = {e.name: e.is_file(follow_symlinks=False) for e in it}
                 except OSError:
-                    fan = listed[sha[:2]] = set()
-            if sha[2:] not in fan:
+                    fan = {}
+                listed[sha[:2]] = fan
+            regular = fan.get(sha[2:])
+            if regular is None:
                 missing.append(sha)
+            elif not regular:  # a pipe git would wait on forever, a folder, a link
+                raise AvoError(f"{objects / sha[:2] / sha[2:]} (the commit of an accepted version) is not a "
+                               "regular file: git would wait on it or fail; move it away and run the command "
+                               "again, and avo restores the commit from its private backup")
         return missing
 
     def work_signature(self) -> str:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from avo.chain import RECOVERED, acknowledged, line_hash, parse, split_lines
-from avo.state import RunPaths, RunState, Version, write_json_atomic
+from avo.state import RunPaths, RunState, Version, read_record_file, write_json_atomic
 
 FORMAT = 1
 _FIELDS = {"__all__": {"n", "sha", "tree", "scalar", "metrics", "message", "step", "time"}}
@@ -170,7 +170,7 @@ def save_checkpoint(paths: RunPaths, cp: Checkpoint) -> None:
 def _trajectory_bytes(paths: RunPaths) -> bytes:
     # Read, not mapped: a file truncated under a mapping would kill the reader with SIGBUS.
     try:
-        return paths.trajectory.read_bytes()
+        return read_record_file(paths.trajectory)
     except FileNotFoundError:
         return b""
 

@@ -15,7 +15,7 @@ from typing import Any
 from avo.chain import RECOVERED
 from avo.contract import gain
 from avo.errors import RecordError
-from avo.lineage import BRANCH, read_commits, read_objects, ref_of
+from avo.lineage import BRANCH, read_any, read_commits, ref_of
 from avo.models import TargetSpec
 from avo.record_check import SCORES_FILE, started_terms, trajectory_findings
 from avo.record_format import parse_trailers, terms
@@ -28,7 +28,10 @@ def _versions_from_backup(paths: RunPaths, state: RunState) -> list[Version]:
         raise RecordError(f"avo's private backup {paths.backup} is missing or empty, so there is nothing to "
                           "rebuild the record from; restore the run folder from a copy of your own")
     chain = read_commits(paths.backup, main)
-    files = read_objects(paths.backup, [f"{c.sha}:{SCORES_FILE}" for c in chain])
+    # Each walked object by object, every tree hashed to its id: git's own `sha:path` checks
+    # only the blob, so a tree rewritten under its old name would name another file.
+    files = [got[2] if (got := read_any(paths.backup, f"{c.sha}:{SCORES_FILE}")) and got[1] == "blob" else None
+             for c in chain]
     old = {v.sha: v for v in state.versions}
     versions: list[Version] = []
     for i, (c, raw) in enumerate(zip(chain, files, strict=True)):

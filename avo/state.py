@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import stat
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -239,11 +240,27 @@ def _record_problem(state: RunState) -> str | None:
     return None
 
 
+def read_record_file(path: Path) -> bytes:
+    """The bytes of ``run.json`` or ``trajectory.jsonl``; never read through a pipe or a device
+    put in its place (a FIFO would be waited on forever, /dev/zero read forever).
+
+    Raises FileNotFoundError if it is not there, AvoError if it is not a regular file."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise AvoError(f"{path} is not a regular file (a pipe or a device?): avo would wait on it or read it "
+                           "forever; put the run's own file back")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read()
+    finally:
+        os.close(fd)
+
+
 def load_state(paths: RunPaths, *, validate: bool = True) -> RunState:
     """``run.json`` as a :class:`RunState`; ``validate=False`` skips the consistency check
     (``avo recover`` reads a record it is about to rebuild)."""
     try:
-        state = RunState.model_validate_json(paths.run_json.read_bytes())
+        state = RunState.model_validate_json(read_record_file(paths.run_json))
     except FileNotFoundError:
         raise AvoError(f"{paths.run_json} is missing; {paths.root} is not an avo run") from None
     except ValueError as exc:
@@ -309,7 +326,7 @@ def _head_in(raw: bytes) -> ChainHead | None:
 
 def _disk_head(paths: RunPaths) -> ChainHead | None:
     try:
-        return _head_in(paths.run_json.read_bytes())
+        return _head_in(read_record_file(paths.run_json))
     except OSError:
         return None
 
@@ -344,7 +361,7 @@ def _set_head(paths: RunPaths, head: ChainHead, raw: bytes | None = None) -> Non
     """Move run.json's chain head; ``raw``: run.json as just read under the record lock."""
     if raw is None:
         try:
-            raw = paths.run_json.read_bytes()
+            raw = read_record_file(paths.run_json)
         except FileNotFoundError:
             return
     found = _chain_tail(raw)
@@ -391,18 +408,33 @@ _TAIL_CHUNK = 1 << 16
 
 
 def _tail_chunk(path: Path, size: int) -> bytes | None:
-    """The end of ``path`` from its last-but-one newline (its last line), if the file is
-    ``size`` bytes long; ``None`` if it is not."""
-    with open(path, "rb") as fh:
-        if os.fstat(fh.fileno()).st_size != size:
+    """The end of ``path`` from its last-but-one newline (its last line), if the file is a
+    regular file ``size`` bytes long; ``None`` if it is not, or if it changes while read.
+
+    Read backwards one chunk at a time, each byte once: a last line of 100 MB costs one read
+    of it, and a file cut short under the reader ends the read instead of repeating it."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # never waits on a pipe put in its place
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != size:
             return None
-        chunk = b""
-        while True:
-            start = max(0, size - len(chunk) - _TAIL_CHUNK)
-            fh.seek(start)
-            chunk = fh.read(size - start)
-            if start == 0 or chunk.rfind(b"\n", 0, len(chunk) - 1) >= 0:
-                return chunk
+        parts: list[bytes] = []
+        pos = size
+        while pos > 0:
+            start = max(0, pos - _TAIL_CHUNK)
+            block = os.pread(fd, pos - start, start)
+            if len(block) != pos - start:
+                return None  # cut short meanwhile
+            parts.append(block)
+            # the last byte is the final newline, not the one before the last line
+            nl = block.rfind(b"\n", 0, min(len(block), size - 1 - start))
+            if nl >= 0:
+                parts[-1] = block[nl + 1:]
+                break
+            pos = start
+        return b"".join(reversed(parts))
+    finally:
+        os.close(fd)
 
 
 def _tail_at_head(paths: RunPaths, head: ChainHead | None) -> tuple[int, bytes] | None:
@@ -418,7 +450,7 @@ def _tail_at_head(paths: RunPaths, head: ChainHead | None) -> tuple[int, bytes] 
         return None
     try:
         chunk = _tail_chunk(paths.trajectory, head.end)
-    except FileNotFoundError:
+    except OSError:  # not there, or not readable: the whole-file path says why
         return None
     if chunk is None or not chunk.endswith(b"\n"):  # lines past the head, or a torn tail
         return None
@@ -435,13 +467,13 @@ def append_trajectory(paths: RunPaths, record: dict[str, Any], *, whole: bool = 
     """
     with _record_lock(paths):
         try:
-            raw: bytes | None = paths.run_json.read_bytes()
+            raw: bytes | None = read_record_file(paths.run_json)
         except FileNotFoundError:
             raw = None
         head = _head_in(raw) if raw is not None else None
         tail = None if whole or head is None else _tail_at_head(paths, head)
         if tail is None or head is None or head.end is None:  # torn, lines past the head, no head: read it all
-            data = paths.trajectory.read_bytes() if paths.trajectory.exists() else b""
+            data = read_record_file(paths.trajectory) if paths.trajectory.exists() else b""
             done, _ = _set_aside_torn(paths, data)
             count, last, size = done.count, done.last(), done.end
         else:
@@ -462,7 +494,7 @@ def heal_trajectory(paths: RunPaths, state: RunState) -> list[str]:
         state.chain = _disk_head(paths) or state.chain  # the caller's copy may predate an append
         if not paths.trajectory.exists() or _tail_at_head(paths, state.chain) is not None:
             return []  # the file ends with a whole line, the head's: nothing to heal
-        done, note = _set_aside_torn(paths, paths.trajectory.read_bytes())
+        done, note = _set_aside_torn(paths, read_record_file(paths.trajectory))
         notes = [note] if note else []
         head = state.chain
         if head is not None and 0 < head.count < done.count:  # rare: only then is the file split
@@ -487,7 +519,7 @@ def read_trajectory(paths: RunPaths, *, mentioning: bytes | None = None) -> list
     """
     if not paths.trajectory.exists():
         return []
-    data = paths.trajectory.read_bytes()
+    data = read_record_file(paths.trajectory)
     if mentioning is not None and _RECOVERED_MARK not in data:
         end = data.rfind(b"\n") + 1  # complete lines only
         out, pos = [], data.find(mentioning, 0, end)
@@ -513,7 +545,7 @@ def recent_records(paths: RunPaths, needles: tuple[bytes, ...], keep: Callable[[
     ``needles``: every record ``keep`` accepts has one of these in its line; other lines are
     never parsed, so the cost depends on how far back the records are, not on the file.
     """
-    data = paths.trajectory.read_bytes() if paths.trajectory.exists() else b""
+    data = read_record_file(paths.trajectory) if paths.trajectory.exists() else b""
     if _RECOVERED_MARK in data:  # lines may be set aside: the whole file decides which
         return [r for r in read_trajectory(paths) if keep(r)][-limit:] if limit else []
     end = data.rfind(b"\n") + 1

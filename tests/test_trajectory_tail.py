@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from pydantic_core import from_json, to_json
 
+from avo import state
 from avo.chain import line_hash
 from avo.state import RunPaths, _disk_head, append_trajectory, load_state
 from tests.test_record_integrity import avo, started
@@ -28,14 +29,14 @@ def test_an_append_reads_only_the_tail(toy: Path, runs_root: Path, core_plugins:
     paths = run.paths
     head = _disk_head(paths)
     assert head is not None and head.end == paths.trajectory.stat().st_size  # kept by every append
-    real = Path.read_bytes
+    real = state.read_record_file  # how avo reads the whole trajectory (never through a pipe)
 
-    def no_whole_trajectory(self: Path) -> bytes:
-        if self == paths.trajectory:
+    def no_whole_trajectory(path: Path) -> bytes:
+        if path == paths.trajectory:
             raise AssertionError("the whole trajectory was read")
-        return real(self)
+        return real(path)
 
-    monkeypatch.setattr(Path, "read_bytes", no_whole_trajectory)
+    monkeypatch.setattr(state, "read_record_file", no_whole_trajectory)
     for i in range(3):
         append_trajectory(paths, {"kind": "note", "step": i, "text": "x" * (70_000 * i)})  # longer than one chunk
     monkeypatch.undo()
