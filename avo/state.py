@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import secrets
 import stat
 import time
 from collections.abc import Callable, Iterator
@@ -278,13 +279,20 @@ def write_json_atomic(path: Path, data: str | bytes, *, sync: Literal["all", "fi
     the file (a lost rename leaves the previous file whole, for a write a later command can
     redo); "none" neither (a cache that is rebuilt when it is missing or torn).
     """
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        fh.write(data.encode() if isinstance(data, str) else data)
-        fh.flush()
-        if sync != "none":
-            os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    # A fresh name, created exclusively and never through a link: a name known in advance
+    # (the pid) could be planted as a symlink, and the write would land where it points.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data.encode() if isinstance(data, str) else data)
+            fh.flush()
+            if sync != "none":
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     if sync != "all":
         return
     dir_fd = os.open(path.parent, os.O_RDONLY)

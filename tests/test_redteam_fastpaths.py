@@ -332,3 +332,25 @@ def test_recover_reads_no_version_through_a_forged_backup_tree(toy: Path, runs_r
     path.write_bytes(genuine)
     code, out = avo("recover")
     assert code == 0, out
+
+
+def test_a_planted_temp_file_link_never_redirects_a_record_write(
+        toy: Path, runs_root: Path, core_plugins: None, tmp_path: Path) -> None:
+    """The temp file run.json is written through was named after the pid: an agent that plants
+    a symlink there (pids are predictable) had avo write the record into the file it points to,
+    and run.json became that link."""
+    from avo.state import load_state, save_state
+
+    run = started(toy, runs_root)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the agent's target\n")
+    planted = run.paths.run_json.with_name(f".run.json.tmp{os.getpid()}")
+    planted.symlink_to(victim)
+    state = load_state(run.paths)
+    save_state(run.paths, state)
+    assert victim.read_text() == "the agent's target\n"
+    assert not run.paths.run_json.is_symlink() and load_state(run.paths).id == state.id
+    assert planted.is_symlink()  # left alone, not written through
+    assert not [p for p in run.paths.root.iterdir() if p.name.startswith(".run.json.") and p != planted]
+    code, out = avo("status", "--run", str(run.paths.root))
+    assert code == 0, out
