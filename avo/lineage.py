@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import IO
 
 from avo.errors import AvoError
+from avo.regular_files import NotRegularFile, open_regular
 
 BRANCH = "main"
 META_DIR = ".avo"
@@ -390,17 +391,13 @@ def _open_regular(path: Path) -> int | None:
 
     Raises AvoError for anything else there: git itself would hang or fail on it."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        return open_regular(path, follow_links=False,
+                            why="git would wait on it or read it forever; move it away and run the command again")
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise AvoError(f"{path} cannot be read ({exc.strerror}): it is not a regular file git wrote; move it "
                        "away and run the command again") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise AvoError(f"{path} is not a regular file (a pipe or a device?): git would wait on it or read it "
-                       "forever; move it away and run the command again")
-    return fd
 
 
 def _pread_exact(fd: int, size: int, offset: int) -> bytes | None:
@@ -509,14 +506,12 @@ def read_any(git_dir: Path, spec: str) -> tuple[str, str, bytes] | None:
         return _objects(git_dir).read(spec)
     try:
         # Never a link, a pipe or a device: /dev/zero would be read forever, a pipe waited on.
-        fd = os.open(git_dir / "objects" / spec[:2] / spec[2:], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = open_regular(git_dir / "objects" / spec[:2] / spec[2:], follow_links=False)
     except FileNotFoundError:  # packed, or not there: git knows
         return _objects(git_dir).read(spec)
-    except OSError:
+    except (OSError, NotRegularFile):
         return None
     with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
         try:
             stored = fh.read()
         except OSError:
@@ -639,8 +634,8 @@ def blob_id(content: bytes | memoryview) -> str:
 def _content_digest(path: bytes) -> bytes:
     """sha1 of a file's bytes, never following a link; random bytes when it cannot be read."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+        fd = open_regular(path, follow_links=False)
+    except (OSError, NotRegularFile):
         return os.urandom(16)
     h = hashlib.sha1()
     try:

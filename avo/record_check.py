@@ -20,7 +20,7 @@ from avo.chain import RECOVERED, ChainReport, acknowledged, line_hash, verify
 from avo.errors import RecordError
 from avo.lineage import BRANCH, META_DIR, blob_id, commit_message, object_ids, read_commits, read_object, ref_of
 from avo.record_format import parse_trailers, scores_file, scores_line, terms, terms_digest
-from avo.state import RunPaths, RunState, Version, load_state, read_record_file, read_trajectory
+from avo.state import RunPaths, RunState, Version, load_state, read_trajectory, trajectory_bytes
 
 SCORES_FILE = f"{META_DIR}/scores.jsonl"
 _RETRIES, _PAUSE_S = 5, 0.2  # a submit between two writes is done in far less than that
@@ -184,7 +184,7 @@ class TrajectoryFindings:
 
 def trajectory_findings(paths: RunPaths, state: RunState, locked: bool) -> TrajectoryFindings:
     """Check the trajectory's chain and its accepted steps against run.json's versions."""
-    data = read_record_file(paths.trajectory) if paths.trajectory.exists() else b""
+    data = trajectory_bytes(paths)
     report = verify(data, state.chain)
     found = TrajectoryFindings(dict(report.problems), data=data, report=report)
     if report.head_problem:

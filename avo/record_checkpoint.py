@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from avo.chain import RECOVERED, acknowledged, line_hash, parse, split_lines
-from avo.state import RunPaths, RunState, Version, read_record_file, write_json_atomic
+from avo.state import RunPaths, RunState, Version, trajectory_bytes, write_json_atomic
 
 FORMAT = 1
 _FIELDS = {"__all__": {"n", "sha", "tree", "scalar", "metrics", "message", "step", "time"}}
@@ -167,14 +167,6 @@ def save_checkpoint(paths: RunPaths, cp: Checkpoint) -> None:
     write_json_atomic(checkpoint_path(paths), json.dumps({"body": body, "mac": _mac(key, body)}), sync="none")
 
 
-def _trajectory_bytes(paths: RunPaths) -> bytes:
-    # Read, not mapped: a file truncated under a mapping would kill the reader with SIGBUS.
-    try:
-        return read_record_file(paths.trajectory)
-    except FileNotFoundError:
-        return b""
-
-
 def fresh_checkpoint(state: RunState, data: bytes, records: list[dict[str, Any] | None],
                      lines: list[bytes], flagged: set[int]) -> Checkpoint | None:
     """A checkpoint of what a full check just found in agreement (``None`` where it cannot say).
@@ -268,7 +260,8 @@ def quick_check(paths: RunPaths, state: RunState, *, locked: bool) -> Checkpoint
         return None
     if versions_digest(versions[:cp.versions]) != cp.versions_digest:
         return None
-    data = _trajectory_bytes(paths)
+    # Read, not mapped: a file truncated under a mapping would kill the reader with SIGBUS.
+    data = trajectory_bytes(paths)
     if len(data) < cp.offset:
         return None
     running = hashlib.sha256(memoryview(data)[:cp.offset])

@@ -11,7 +11,6 @@ import fcntl
 import json
 import os
 import secrets
-import stat
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,6 +24,7 @@ from pydantic_core import from_json, to_json
 from avo.chain import ChainHead, acknowledged, line_hash, link_after, parse, split_lines
 from avo.errors import AvoError, BlockedError
 from avo.models import NoiseSpec, TargetSpec
+from avo.regular_files import NotRegularFile, open_regular
 
 RUNS_ENV = "AVO_RUNS_DIR"
 
@@ -246,15 +246,17 @@ def read_record_file(path: Path) -> bytes:
     put in its place (a FIFO would be waited on forever, /dev/zero read forever).
 
     Raises FileNotFoundError if it is not there, AvoError if it is not a regular file."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    fd = open_regular(path, why="avo would wait on it or read it forever; put the run's own file back")
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read()
+
+
+def trajectory_bytes(paths: RunPaths) -> bytes:
+    """The whole trajectory as it is on disk (``b""`` before its first line)."""
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise AvoError(f"{path} is not a regular file (a pipe or a device?): avo would wait on it or read it "
-                           "forever; put the run's own file back")
-        with os.fdopen(fd, "rb", closefd=False) as fh:
-            return fh.read()
-    finally:
-        os.close(fd)
+        return read_record_file(paths.trajectory)
+    except FileNotFoundError:
+        return b""
 
 
 def load_state(paths: RunPaths, *, validate: bool = True) -> RunState:
@@ -421,10 +423,12 @@ def _tail_chunk(path: Path, size: int) -> bytes | None:
 
     Read backwards one chunk at a time, each byte once: a last line of 100 MB costs one read
     of it, and a file cut short under the reader ends the read instead of repeating it."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # never waits on a pipe put in its place
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size != size:
+        fd = open_regular(path)
+    except NotRegularFile:
+        return None
+    try:
+        if os.fstat(fd).st_size != size:
             return None
         parts: list[bytes] = []
         pos = size
@@ -445,10 +449,10 @@ def _tail_chunk(path: Path, size: int) -> bytes | None:
         os.close(fd)
 
 
-def _tail_at_head(paths: RunPaths, head: ChainHead | None) -> tuple[int, bytes] | None:
-    """``(count, last line)`` read from the end of the trajectory alone, when the file ends
-    where the head says, with a complete line that hashes to the head's; ``None`` when the
-    whole file must be read.
+def _tail_at_head(paths: RunPaths, head: ChainHead | None) -> tuple[int, bytes, int] | None:
+    """``(count, last line, size)`` read from the end of the trajectory alone, when the file
+    ends where the head says, with a complete line that hashes to the head's; ``None`` when
+    the whole file must be read.
 
     An append or a heal then costs the same at 100,000 records as at 10. An edit further up
     that keeps the size and the last line is not seen here: the record check finds it before
@@ -462,8 +466,8 @@ def _tail_at_head(paths: RunPaths, head: ChainHead | None) -> tuple[int, bytes] 
         return None
     if chunk is None or not chunk.endswith(b"\n"):  # lines past the head, or a torn tail
         return None
-    last = chunk[chunk.rfind(b"\n", 0, len(chunk) - 1) + 1:-1]
-    return (head.count, last) if line_hash(last) == head.sha else None
+    last = chunk[:-1]  # the chunk starts just past the newline before the last line
+    return (head.count, last, head.end) if line_hash(last) == head.sha else None
 
 
 def append_trajectory(paths: RunPaths, record: dict[str, Any], *, whole: bool = False) -> None:
@@ -478,14 +482,11 @@ def append_trajectory(paths: RunPaths, record: dict[str, Any], *, whole: bool = 
             raw: bytes | None = read_record_file(paths.run_json)
         except FileNotFoundError:
             raw = None
-        head = _head_in(raw) if raw is not None else None
-        tail = None if whole or head is None else _tail_at_head(paths, head)
-        if tail is None or head is None or head.end is None:  # torn, lines past the head, no head: read it all
-            data = read_record_file(paths.trajectory) if paths.trajectory.exists() else b""
-            done, _ = _set_aside_torn(paths, data)
-            count, last, size = done.count, done.last(), done.end
-        else:
-            (count, last), size = tail, head.end
+        tail = None if whole or raw is None else _tail_at_head(paths, _head_in(raw))
+        if tail is None:  # torn, lines past the head, no head: the whole file decides
+            done, _ = _set_aside_torn(paths, trajectory_bytes(paths))
+            tail = done.count, done.last(), done.end
+        count, last, size = tail
         record = {"time": round(time.time(), 3), **record, **link_after(count, last)}
         line = json.dumps(record, sort_keys=False, default=str).encode()
         with open(paths.trajectory, "ab") as fh:
@@ -502,7 +503,7 @@ def heal_trajectory(paths: RunPaths, state: RunState) -> list[str]:
         state.chain = _disk_head(paths) or state.chain  # the caller's copy may predate an append
         if not paths.trajectory.exists() or _tail_at_head(paths, state.chain) is not None:
             return []  # the file ends with a whole line, the head's: nothing to heal
-        done, note = _set_aside_torn(paths, read_record_file(paths.trajectory))
+        done, note = _set_aside_torn(paths, trajectory_bytes(paths))
         notes = [note] if note else []
         head = state.chain
         if head is not None and 0 < head.count < done.count:  # rare: only then is the file split
@@ -525,9 +526,7 @@ def read_trajectory(paths: RunPaths, *, mentioning: bytes | None = None) -> list
     ``mentioning``: only records whose line contains these bytes (a tree id, say), found
     without parsing the other lines.
     """
-    if not paths.trajectory.exists():
-        return []
-    data = read_record_file(paths.trajectory)
+    data = trajectory_bytes(paths)
     if mentioning is not None and _RECOVERED_MARK not in data:
         end = data.rfind(b"\n") + 1  # complete lines only
         out, pos = [], data.find(mentioning, 0, end)
@@ -553,7 +552,7 @@ def recent_records(paths: RunPaths, needles: tuple[bytes, ...], keep: Callable[[
     ``needles``: every record ``keep`` accepts has one of these in its line; other lines are
     never parsed, so the cost depends on how far back the records are, not on the file.
     """
-    data = read_record_file(paths.trajectory) if paths.trajectory.exists() else b""
+    data = trajectory_bytes(paths)
     if _RECOVERED_MARK in data:  # lines may be set aside: the whole file decides which
         return [r for r in read_trajectory(paths) if keep(r)][-limit:] if limit else []
     end = data.rfind(b"\n") + 1
