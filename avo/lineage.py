@@ -3,8 +3,8 @@
 Objects, trees, commits, refs and the copy into the private backup are written in-process
 (the loose-object writer under the default ``GitCmdObjectDB``; git's lock-file protocol for
 refs), and read through one persistent ``git cat-file --batch`` per repository; only what git
-alone does well runs as a process: ``git add -A`` and ``git write-tree`` (ignore rules, through
-a temporary index), ``git diff``, ``git reset --hard``. GitPython is imported on first use, so
+alone does well runs as a process: ``git add -A`` (ignore rules, through a temporary index,
+whose trees are then written in-process), ``git diff``, ``git reset --hard``. GitPython is imported on first use, so
 commands that never touch the lineage do not pay for it.
 
 avo snapshots a candidate as a git *tree* (through a temporary index of its own, so neither
@@ -323,6 +323,46 @@ def _tree_entries(data: bytes) -> list[tuple[str, str, str, str]]:
         kind = "tree" if mode == "040000" else "commit" if mode == _GITLINK else "blob"
         out.append((mode, kind, sha, os.fsdecode(data[space + 1:nul])))
         pos = nul + 21
+    return out
+
+
+def _index_files(index: Path) -> list[tuple[str, bytes, bytes]] | None:
+    """``(mode, sha, path)`` of every entry of a version 2 or 3 index with nothing but stage-0
+    files (what ``git add -A`` writes into a fresh index), in the index's order; ``None`` for
+    anything else (a conflict, an intent-to-add or sparse entry, another version, a damaged
+    file), which ``git write-tree`` then handles or refuses as it always has."""
+    try:
+        data = index.read_bytes()
+    except OSError:
+        return None
+    if len(data) < 32 or data[:4] != b"DIRC" or hashlib.sha1(data[:-20]).digest() != data[-20:]:
+        return None
+    version, count = int.from_bytes(data[4:8], "big"), int.from_bytes(data[8:12], "big")
+    if version not in (2, 3):
+        return None
+    out, pos = [], 12
+    try:
+        for _ in range(count):
+            mode = int.from_bytes(data[pos + 24:pos + 28], "big")
+            sha = data[pos + 40:pos + 60]
+            flags = int.from_bytes(data[pos + 60:pos + 62], "big")
+            start = pos + 62
+            if flags & 0x4000:  # extended flags: intent-to-add or skip-worktree
+                return None
+            if flags & 0x3000:  # a stage other than 0: an unmerged path
+                return None
+            end = data.index(b"\0", start)
+            if (flags & 0xFFF) != 0xFFF and end - start != flags & 0xFFF:
+                return None
+            path = data[start:end]
+            pos += (end - pos + 8) & ~7  # entries are NUL-padded to a multiple of 8 bytes
+            kind = mode >> 12
+            octal = {0o10: f"{mode:o}", 0o12: _SYMLINK, 0o16: _GITLINK}.get(kind)
+            if octal not in ("100644", "100755", _SYMLINK, _GITLINK):
+                return None
+            out.append((octal, sha, path))
+    except ValueError:
+        return None
     return out
 
 
@@ -719,14 +759,40 @@ class Lineage:
         """The tree of the work tree as ``git add -A`` would commit it (a temporary index).
 
         The index is filled from HEAD in-process; ``git add -A`` (ignore rules, the work
-        tree's files) and ``git write-tree`` run as processes.
+        tree's files) runs as a process, and the trees of the index it leaves are written
+        in-process (one process fewer per submit than ``git write-tree``).
         """
         head = self.head()
         with self._temp_index() as index:
             if head is not None:
                 self._write_index(index, self.tree_of(head))
             self.git("add", "-A", "--", ".", index=index)
-            return self.git("write-tree", index=index).strip()
+            files = _index_files(index)
+            if files is None:  # an index git wrote in a form this reader leaves to git
+                return self.git("write-tree", index=index).strip()
+            return self._tree_of_files(files)
+
+    def _tree_of_files(self, files: Sequence[tuple[str, bytes, bytes]]) -> str:
+        """Write the trees of ``(mode, sha, path)`` files, sorted by path as in an index, as
+        ``git write-tree`` would; the top tree's id."""
+        # One pass over the sorted paths: a stack of open folders, each closed (its tree
+        # written) when the next path leaves it.
+        stack: list[tuple[bytes, list[tuple[str, str, str, str]]]] = [(b"", [])]
+        for mode, sha, path in files:
+            *folders, name = path.split(b"/")
+            depth = 0
+            while depth < len(folders) and depth + 1 < len(stack) and stack[depth + 1][0] == folders[depth]:
+                depth += 1
+            while len(stack) > depth + 1:
+                folder, entries = stack.pop()
+                stack[-1][1].append(("040000", "tree", self._mktree(entries), os.fsdecode(folder)))
+            stack.extend((folder, []) for folder in folders[depth:])
+            kind = "commit" if mode == _GITLINK else "blob"
+            stack[-1][1].append((mode, kind, sha.hex(), os.fsdecode(name)))
+        while len(stack) > 1:
+            folder, entries = stack.pop()
+            stack[-1][1].append(("040000", "tree", self._mktree(entries), os.fsdecode(folder)))
+        return self._mktree(stack[0][1])
 
     def _walk(self, tree: str, prefix: str = "") -> Iterator[tuple[str, str, str]]:
         """``(mode, sha, path)`` of every file (blob, link, gitlink) under ``tree``."""

@@ -386,12 +386,14 @@ def test_index_rewritten_inside_the_snapshot_is_what_gets_evaluated(
                    env=dict(env, GIT_INDEX_FILE=str(evil)), check=True)
     original = Lineage.git_bytes
 
-    def rewritten_before_write_tree(self: Lineage, *args: str, **kwargs):  # type: ignore[no-untyped-def]
-        if args[:1] == ("write-tree",) and kwargs.get("index") is not None:
-            Path(kwargs["index"]).write_bytes(evil.read_bytes())  # the worst moment to strike
-        return original(self, *args, **kwargs)
+    def rewritten_after_add(self: Lineage, *args: str, **kwargs):  # type: ignore[no-untyped-def]
+        out = original(self, *args, **kwargs)
+        if args[:1] == ("add",) and kwargs.get("index") is not None:
+            # The worst moment to strike: git has filled the index, avo has not read it yet.
+            Path(kwargs["index"]).write_bytes(evil.read_bytes())
+        return out
 
-    monkeypatch.setattr(Lineage, "git_bytes", rewritten_before_write_tree)
+    monkeypatch.setattr(Lineage, "git_bytes", rewritten_after_add)
     set_constants(work, x=6)
     out = submit(run, "X=6")
     # The rewritten index became the snapshot, so that is what was evaluated (it fails the
