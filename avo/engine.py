@@ -27,7 +27,7 @@ from avo import __version__
 from avo.contract import failed, gain
 from avo.errors import AvoError, BlockedError, IntegrityError
 from avo.eval_inputs import strip_meta
-from avo.evaluation import MALFORMED_BASELINES, MALFORMED_PREFIX, Evaluation
+from avo.evaluation import MALFORMED_BASELINES, MALFORMED_PREFIX, Evaluation, ignored_settings, recorded_settings
 from avo.integrity import compare, hash_tree
 from avo.lineage import META_DIR, CandidateError, Lineage, diff_fingerprint, foreign_git_dir, read_any
 from avo.models import EvalJob, JobResult, TargetSpec, WorkLimits
@@ -641,6 +641,10 @@ def start_run(
         say(f"removed the unfinished run folder {stale.path.name} of an earlier failed start")
     for warning in command_warnings(spec):
         say(f"WARNING: {warning}")
+    spec = recorded_settings(spec)
+    if spec.settings_env:
+        say("settings recorded for every evaluation of this run: " + ", ".join(
+            f"{n}={spec.settings[n]}" if n in spec.settings else f"{n} unset" for n in spec.settings_env))
     sandbox = sandbox or os.environ.get("AVO_SANDBOX", "").strip() or "auto"
     level, level_why = resolve_level(sandbox)
     if level == "none" and sandbox == "auto":
@@ -809,7 +813,8 @@ def evaluate_work(run: Run, *, quick: bool = False, executor: str | None = None,
         g = None
         if evaluation.scalar is not None and not screening:
             g = gain(evaluation.scalar, best.scalar, run.state.target.direction)
-        warning = _nondeterminism(run, tree, evaluation, screening)
+        warning = "; ".join(filter(None, [_nondeterminism(run, tree, evaluation, screening),
+                                         *ignored_settings(run.state.target)])) or None
         run.state.evaluations = n
         run.save()
         append_trajectory(run.paths, {
@@ -960,6 +965,7 @@ def submit(
         state, paths, lineage = run.state, run.paths, run.lineage
         _check_can_step(state)
         check_integrity(run)
+        notes += ignored_settings(state.target)
         best = state.best_version
         if migrant is not None and lineage.is_dirty(best.sha):  # an agent's candidate is never reset away
             raise AvoError(f"work/ holds an unsubmitted candidate; a migrant is only offered to a clean "

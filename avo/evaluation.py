@@ -80,8 +80,35 @@ SCRUBBED_PREFIXES = ("LD_", "GLIBC_", "MALLOC_", "PYTHON", "OPENBLAS", "GOTO", "
 
 def inherited_env() -> dict[str, str]:
     """The environment a plugin target's evaluator inherits: this process's, less what
-    :data:`SCRUBBED_PREFIXES` names (the target's own ``AVO_*`` settings pass)."""
+    :data:`SCRUBBED_PREFIXES` names (the target's own ``AVO_*`` variables pass, except its
+    declared settings: see :func:`pinned_settings`)."""
     return {k: v for k, v in os.environ.items() if not k.upper().startswith(SCRUBBED_PREFIXES)}
+
+
+def recorded_settings(spec: TargetSpec) -> TargetSpec:
+    """``spec`` with the values its ``settings_env`` variables have now, at a run's start."""
+    return spec.model_copy(update={"settings": {n: os.environ[n] for n in spec.settings_env if n in os.environ}})
+
+
+def pinned_settings(env: dict[str, str], spec: TargetSpec) -> dict[str, str]:
+    """``env`` with the target's settings exactly as the run recorded them: an agent's shell
+    that sets a thread count (or unsets one) cannot change what its candidates are measured at."""
+    out = {k: v for k, v in env.items() if k not in spec.settings_env}
+    out.update(spec.settings)
+    return out
+
+
+def ignored_settings(spec: TargetSpec) -> list[str]:
+    """A note for each setting this shell holds otherwise than the run recorded it."""
+    notes = []
+    for name in spec.settings_env:
+        here, run = os.environ.get(name), spec.settings.get(name)
+        if here != run:
+            now = f"{name}={here}" if here is not None else f"{name} unset"
+            then = f"{name}={run}" if run is not None else "it unset"
+            notes.append(f"{now} in this shell is not used: the run started with {then}, and every evaluation "
+                         "of a run uses its recorded settings (start another run to measure in another mode)")
+    return notes
 
 
 def _launch(
@@ -103,8 +130,9 @@ def _launch(
         cwd = workdir or rt.scratch
         box = Sandbox(writable=tuple(p for p in (workdir, rt.scratch) if p is not None),
                       readable=(rt.copy_root,), hide=tuple(installed_package_dirs()),
-                      env={**env, "AVO_LOG_DIR": str(logs)}, cwd=cwd)
+                      env={**env, **spec.settings, "AVO_LOG_DIR": str(logs)}, cwd=cwd)
         command, child_env = wrap(cmd, box, rt.sandbox)
+        child_env = pinned_settings(child_env, spec)
         outcome = run_child(command, cwd=cwd, timeout=timeout, limits=spec.limits, log_path=log_path,
                             env=child_env, pid_file=pid_file)
         _keep_logs(logs, log_path)
@@ -123,7 +151,7 @@ def _launch(
         cmd.append("--baselines")
     if quick:
         cmd.append("--quick")
-    child_env = {**inherited_env(), **env, "AVO_LOG_DIR": str(log_path.parent)}
+    child_env = {**pinned_settings(inherited_env(), spec), **env, "AVO_LOG_DIR": str(log_path.parent)}
     if rt.secret:
         child_env["AVO_EVAL_SECRET"] = rt.secret
     cwd = rt.scratch / "cwd"  # never the candidate's folder: nothing there can be imported

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import IO
 
 from avo.errors import AvoError
+from avo.git_packs import Damaged, TooHard, packed_ids, read_packed
 from avo.regular_files import NotRegularFile, open_regular
 
 BRANCH = "main"
@@ -422,72 +423,6 @@ def _write_file_atomic(path: Path, data: bytes) -> None:
     os.replace(lock, path)
 
 
-_IDX_MAGIC = b"\xfftOc\x00\x00\x00\x02"  # a version-2 pack index: git has written no other kind since 1.5.2
-
-
-def _open_regular(path: Path) -> int | None:
-    """A descriptor of ``path`` if it is a regular file (never a link, a pipe or a device:
-    a FIFO would be waited on forever, /dev/zero read forever); ``None`` if it is not there.
-
-    Raises AvoError for anything else there: git itself would hang or fail on it."""
-    try:
-        return open_regular(path, follow_links=False,
-                            why="git would wait on it or read it forever; move it away and run the command again")
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise AvoError(f"{path} cannot be read ({exc.strerror}): it is not a regular file git wrote; move it "
-                       "away and run the command again") from None
-
-
-def _pread_exact(fd: int, size: int, offset: int) -> bytes | None:
-    data = os.pread(fd, size, offset)
-    return data if len(data) == size else None
-
-
-def _packed_ids(pack_dir: Path) -> set[bytes]:
-    """The ids (20 raw bytes) the version-2 pack indexes in ``pack_dir`` list, counting only an
-    index whose pack is there and is the one it indexes (its checksum), as git counts them: an
-    index left without its pack (or planted beside another) lists objects git cannot read.
-
-    Reads only an index's header and id table, never a whole file of any size."""
-    out: set[bytes] = set()
-    try:
-        names = [n for n in os.listdir(pack_dir) if n.endswith(".idx")]
-    except OSError:
-        return out
-    for name in names:
-        pack_fd = _open_regular(pack_dir / f"{name[:-4]}.pack")
-        if pack_fd is None:
-            continue  # git ignores an index without its pack
-        try:
-            fd = _open_regular(pack_dir / name)
-            if fd is None:
-                continue
-            try:
-                size = os.fstat(fd).st_size
-                head = _pread_exact(fd, 8 + 1024, 0) if size >= 8 + 1024 + 40 else None
-                if head is None or head[:8] != _IDX_MAGIC:
-                    continue
-                count = int.from_bytes(head[8 + 1020:], "big")
-                # ids, CRCs, offsets (4 bytes each, plus 8 per large offset), the two checksums
-                if not 8 + 1024 + 28 * count + 40 <= size <= 8 + 1024 + 36 * count + 40:
-                    continue
-                trailer = _pread_exact(fd, 20, size - 40)
-                pack_size = os.fstat(pack_fd).st_size
-                pack_sum = _pread_exact(pack_fd, 20, pack_size - 20) if pack_size >= 32 else None
-                if trailer is None or pack_sum != trailer:
-                    continue  # not this pack's index
-                table = _pread_exact(fd, 20 * count, 8 + 1024)
-                if table is not None:
-                    out.update(table[i:i + 20] for i in range(0, len(table), 20))
-            finally:
-                os.close(fd)
-        finally:
-            os.close(pack_fd)
-    return out
-
-
 def _has_loose(objects: Path, sha: str) -> bool:
     return (objects / sha[:2] / sha[2:]).is_file()
 
@@ -533,9 +468,10 @@ def commit_message(git_dir: Path, sha: str) -> str | None:
 def read_any(git_dir: Path, spec: str) -> tuple[str, str, bytes] | None:
     """``(id, type, content)`` of the object ``spec`` names in ``git_dir``, or ``None``.
 
-    A full id stored loose (avo writes its objects loose) is read in-process and must hash to
-    its id: read-only commands then pay neither GitPython's import nor a `git cat-file`. A
-    loose file that does not hash to its name is damaged (or forged): ``None``, not git's copy.
+    A full id stored loose (avo writes its objects loose) or in a pack (a run seeded from a
+    bundle) is read in-process and must hash to its id: read-only commands then pay neither
+    GitPython's import nor a `git cat-file`. An object that does not hash to its id is damaged
+    (or forged): ``None``, not git's copy.
     """
     import zlib
 
@@ -547,8 +483,14 @@ def read_any(git_dir: Path, spec: str) -> tuple[str, str, bytes] | None:
     try:
         # Never a link, a pipe or a device: /dev/zero would be read forever, a pipe waited on.
         fd = open_regular(git_dir / "objects" / spec[:2] / spec[2:], follow_links=False)
-    except FileNotFoundError:  # packed, or not there: git knows
-        return _objects(git_dir).read(spec)
+    except FileNotFoundError:  # packed (read here too), or not there: git knows
+        try:
+            packed = read_packed(git_dir / "objects", spec)
+        except Damaged:
+            return None
+        except TooHard:
+            packed = None
+        return packed if packed is not None else _objects(git_dir).read(spec)
     except (OSError, NotRegularFile):
         return None
     with os.fdopen(fd, "rb") as fh:
@@ -1087,7 +1029,7 @@ class Lineage:
         read (and avo's reader where avo reads it), while the record is read from the backup.
         """
         objects = self.git_dir / "objects"
-        packed = _packed_ids(objects / "pack")
+        packed = packed_ids(objects / "pack")
         listed: dict[str, dict[str, bool]] = {}
         missing = []
         for sha in shas:

@@ -130,8 +130,25 @@ class TargetSpec(BaseModel):
     directory: Path | None = None
     evaluate_command: list[str] | None = None
     baselines_command: list[str] | None = None
+    settings_env: list[str] = Field(
+        default_factory=list, description="Environment variables the evaluator reads as settings (a thread "
+        "count, a dtype): their values when a run starts are recorded in `settings`, and every evaluation "
+        "of that run gets exactly those, whatever the shell that runs `avo submit` holds")
+    settings: dict[str, str] = Field(
+        default_factory=dict, description="The values `settings_env` had when the run started (a name "
+        "left out was unset then, and stays unset for the run's evaluations); filled in by avo")
     # Filled in by the plugin manager: which plugin serves this target.
     provider: str | None = None
+
+    @model_validator(mode="after")
+    def _settings_are_declared(self) -> TargetSpec:
+        for name in self.settings_env:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise ValueError(f"settings_env names {name!r}, which is not an environment variable name")
+        stray = sorted(set(self.settings) - set(self.settings_env))
+        if stray:
+            raise ValueError(f"settings holds {', '.join(stray)}, which settings_env does not name")
+        return self
 
 
 class EvalOptions(BaseModel):

@@ -18,6 +18,8 @@ from avo import hookimpl
 from avo.files import copy_contents
 from avo.models import EvalOptions, EvalResult, NoiseSpec, TargetSpec
 
+from .settings import CALL_TIMEOUT_ENV, THREADS_ENV
+
 NAME = "attention_c"
 
 GOAL = """\
@@ -61,6 +63,9 @@ def spec() -> TargetSpec:
         noise=NoiseSpec(band=0.08, confirm_runs=3),
         stall_limit=3,
         requirements=["numpy", "cffi", "threadpoolctl"],
+        # Fixed when a run starts: a shell that sets 2 threads cannot measure one candidate
+        # in another mode than the lineage it is compared with.
+        settings_env=[THREADS_ENV, CALL_TIMEOUT_ENV],
     )
 
 

@@ -75,3 +75,20 @@ def test_evaluator_child_survives_a_segfault_and_prints_the_contract(tmp_path: P
     assert ev.result.error is not None
     assert "crashed with SIGSEGV" in ev.result.error and "n=3" in ev.result.error
     assert '"x": 99' in log.read_text() and "x" not in ev.result.metrics
+
+
+def test_the_thread_count_is_the_runs_whatever_the_agents_shell_sets(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # An agent's shell with AVO_ATTENTION_C_THREADS=2 would measure its candidate in 2-thread
+    # mode (wall clock, both sides threaded) against a lineage measured at one thread.
+    from avo.engine import evaluate_work, open_run
+
+    monkeypatch.delenv("AVO_ATTENTION_C_THREADS", raising=False)
+    run = start_run("attention_c", tmp_path, quick=True)
+    assert run.state.target.settings == {}
+    assert "threads: candidate 1 " in (run.state.versions[0].notes or "")
+    monkeypatch.setenv("AVO_ATTENTION_C_THREADS", "2")
+    report = evaluate_work(open_run(run.paths.root, tmp_path))
+    notes = report.evaluation.result.notes or ""
+    assert "threads: candidate 1 " in notes and "threads: candidate 2" not in notes, notes
+    assert report.warning is not None and "AVO_ATTENTION_C_THREADS=2 in this shell is not used" in report.warning

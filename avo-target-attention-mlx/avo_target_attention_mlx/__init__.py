@@ -63,6 +63,7 @@ def spec() -> TargetSpec:
         # Measured by bench.py on the 2-core Linux box: see REPORT.md / README.md.
         noise=NoiseSpec(band=0.10, confirm_runs=3),
         requirements=["mlx", "numpy"],
+        settings_env=["AVO_MLX_DTYPE"],  # fixed when a run starts, as every evaluation's dtype
     )
 
 

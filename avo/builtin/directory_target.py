@@ -114,6 +114,7 @@ class TargetFile(BaseModel):
     agent: _Agent = Field(default_factory=_Agent)
     supervisor: _Supervisor = Field(default_factory=_Supervisor)
     requirements: list[str] = Field(default_factory=list)
+    settings_env: list[str] = Field(default_factory=list)
     work_limits: WorkLimits = Field(default_factory=WorkLimits)
     resources: TargetResources = Field(default_factory=TargetResources)
 
@@ -195,6 +196,7 @@ def spec_from_folder(folder: Path) -> TargetSpec:
         precision=tf.score.precision,
         has_quick=tf.evaluate.quick,
         requirements=tf.requirements,
+        settings_env=tf.settings_env,
         work_limits=tf.work_limits,
         resources=tf.resources,
         directory=folder,
