@@ -127,3 +127,17 @@ def test_a_directory_targets_settings_reach_its_command_as_recorded(
     monkeypatch.setenv("TOY_MODE", "the-agents")
     report = evaluate_work(open_run(run.paths.root, runs_root))
     assert "mode recorded" in (report.evaluation.result.notes or ""), report.evaluation.result.notes
+
+
+def test_outside_a_run_the_settings_come_from_the_environment(dial: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # A conformance suite or a target author's own check evaluates the spec as installed.
+    from avo.evaluation import evaluate_dir
+
+    work = tmp_path / "cand"
+    work.mkdir()
+    (work / "dial.txt").write_text("1\n")
+    monkeypatch.setenv("AVO_DIAL_BOOST", "2")
+    spec = plugins.find_target("dial")
+    assert spec.settings is None
+    assert evaluate_dir(spec, work, tmp_path / "eval.log").scalar == pytest.approx(3.0)
