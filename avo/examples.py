@@ -122,6 +122,9 @@ def verify_example(folder: Path, *, version: int | None = None, executor: str | 
     spec = state.target
     if spec.directory is None or not spec.directory.is_dir():
         spec = find_target(spec.name)
+        if state.target.settings is not None:  # replayed in the mode the run was measured in
+            spec = spec.model_copy(update={"settings": {
+                k: v for k, v in state.target.settings.items() if k in spec.settings_env}})
     with tempfile.TemporaryDirectory(prefix="avo-verify-") as tmp:
         snap = Path(tmp) / "candidate"
         export_example_version(folder, wanted, snap)

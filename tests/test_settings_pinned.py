@@ -141,3 +141,21 @@ def test_outside_a_run_the_settings_come_from_the_environment(dial: Path, tmp_pa
     spec = plugins.find_target("dial")
     assert spec.settings is None
     assert evaluate_dir(spec, work, tmp_path / "eval.log").scalar == pytest.approx(3.0)
+
+
+def test_verify_replays_a_shipped_run_in_its_recorded_mode(dial: Path, runs_root: Path, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from avo.examples import export_run, verify_example
+
+    monkeypatch.setenv("AVO_DIAL_BOOST", "5")
+    run = start_run("dial", runs_root)
+    (run.paths.work / "dial.txt").write_text("3\n")
+    assert submit(open_run(run.paths.root, runs_root), "dial 3").evaluation.scalar == pytest.approx(8.0)
+    export_run(open_run(run.paths.root, runs_root), tmp_path / "example", plot=False)
+    for shell in ("0", None):  # a verifier's shell with another value, or none
+        if shell is None:
+            monkeypatch.delenv("AVO_DIAL_BOOST")
+        else:
+            monkeypatch.setenv("AVO_DIAL_BOOST", shell)
+        result = verify_example(tmp_path / "example")
+        assert result.ok and result.detail == "reproduced exactly", result.detail
