@@ -159,3 +159,21 @@ def test_verify_replays_a_shipped_run_in_its_recorded_mode(dial: Path, runs_root
             monkeypatch.setenv("AVO_DIAL_BOOST", shell)
         result = verify_example(tmp_path / "example")
         assert result.ok and result.detail == "reproduced exactly", result.detail
+
+
+def test_settings_edited_into_run_json_do_not_reach_the_evaluator(dial: Path, runs_root: Path) -> None:
+    # The recorded settings are part of the terms v0's commit pins: an agent that writes a
+    # value into run.json (a key the start did not record) is refused, never measured. The
+    # check used to pass over keys added to a mapping, as if an upgrade had added a field.
+    from avo.errors import AvoError
+
+    run = start_run("dial", runs_root)
+    data = json.loads(run.paths.run_json.read_text())
+    data["target"]["settings"] = {"AVO_DIAL_BOOST": "1000"}
+    run.paths.run_json.write_text(json.dumps(data, indent=2))
+    (run.paths.work / "dial.txt").write_text("2\n")
+    with pytest.raises(AvoError, match="disagrees with its lineage") as caught:
+        submit(open_run(run.paths.root, runs_root), "dial 2")
+    assert "run.json's target.settings is {'AVO_DIAL_BOOST': '1000'}, but the run started with {}" \
+        in str(caught.value)
+    assert len(json.loads(run.paths.run_json.read_text())["versions"]) == 1
