@@ -821,7 +821,7 @@ def evaluate_work(run: Run, *, quick: bool = False, executor: str | None = None,
         append_trajectory(run.paths, {
             "kind": "eval", "id": f"eval{n}", "step": run.state.steps + 1, "tree": tree,
             "correct": evaluation.scalar is not None, "scalar": evaluation.scalar,
-            "metrics": evaluation.result.metrics, "error": evaluation.result.error,
+            "metrics": evaluation.result.metrics, "error": evaluation.result.error, "notes": evaluation.result.notes,
             "gain_vs_best": g, "wall_s": round(evaluation.wall_s, 3), "log": evaluation.log_path.name,
             "warning": warning, "screening": screening, "sandbox": run.state.sandbox, "where": evaluation.where,
             "secret": evaluation.secret,

@@ -32,6 +32,9 @@ def test_full_session_loop(toy: Path, runs_root: Path, core_plugins: None) -> No
     set_constants(paths.work, x=6)
     report = evaluate_work(run)
     assert report.evaluation.scalar is not None and report.gain is not None and report.gain > 0
+    # ... which keeps the evaluator's notes (an exported run ships no logs/: they are its only copy)
+    record = read_trajectory(paths)[-1]
+    assert record["kind"] == "eval" and record["id"] == "eval2" and record["notes"] == "X=6, Y=1"
     assert git(paths.work, "tag").split() == ["v0"]
 
     # An improving submit becomes v1, tagged, with the score vector in the message and scores.jsonl.
