@@ -13,6 +13,22 @@ from avo.plugins import reset_plugin_manager
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
+def install_plugin(site: Path, monkeypatch: pytest.MonkeyPatch, module: str, source: str, *, name: str,
+                   version: str, entry: str) -> None:
+    """Install plugin ``module`` the way pip would: the module plus a dist-info naming its
+    entry point, in ``site``, on this process's path and the evaluator children's."""
+    site.mkdir(parents=True, exist_ok=True)
+    (site / f"{module}.py").write_text(source)
+    dist = site / f"{module}-{version}.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (dist / "entry_points.txt").write_text(f"[avo]\n{entry} = {module}\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    monkeypatch.delenv("AVO_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+    reset_plugin_manager()
+
+
 @pytest.fixture
 def runs_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "runs"

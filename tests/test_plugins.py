@@ -15,6 +15,7 @@ from avo.cli.app import app
 from avo.engine import start_run, submit
 from avo.errors import AvoError
 from avo.models import TargetSpec
+from tests.conftest import install_plugin
 
 PLUGIN = textwrap.dedent(
     '''
@@ -59,16 +60,8 @@ PLUGIN = textwrap.dedent(
 def third_party(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """Install the plugin the way pip would: a module plus a dist-info with an entry point."""
     site = tmp_path / "site"
-    site.mkdir()
-    (site / "avo_target_wordle.py").write_text(PLUGIN)
-    dist = site / "avo_target_wordle-1.2.3.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: avo-target-wordle\nVersion: 1.2.3\n")
-    (dist / "entry_points.txt").write_text("[avo]\nwordle = avo_target_wordle\n")
-    monkeypatch.syspath_prepend(str(site))
-    monkeypatch.setenv("PYTHONPATH", str(site))
-    monkeypatch.delenv("AVO_DISABLE_PLUGIN_AUTOLOAD", raising=False)
-    plugins.reset_plugin_manager()
+    install_plugin(site, monkeypatch, "avo_target_wordle", PLUGIN, name="avo-target-wordle", version="1.2.3",
+                   entry="wordle")
     yield site
     sys.modules.pop("avo_target_wordle", None)
     plugins.reset_plugin_manager()

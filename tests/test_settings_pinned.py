@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from avo import plugins
 from avo.engine import evaluate_work, open_run, start_run, submit
 from avo.models import TargetSpec
+from tests.conftest import install_plugin
 
 PLUGIN = textwrap.dedent(
     '''
@@ -59,17 +60,8 @@ PLUGIN = textwrap.dedent(
 def dial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """The plugin installed as pip would: a module and a dist-info with its entry point."""
     site = tmp_path / "site"
-    site.mkdir()
-    (site / "avo_target_dial.py").write_text(PLUGIN)
-    dist = site / "avo_target_dial-0.1.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: avo-target-dial\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[avo]\ndial = avo_target_dial\n")
-    monkeypatch.syspath_prepend(str(site))
-    monkeypatch.setenv("PYTHONPATH", str(site))
-    monkeypatch.delenv("AVO_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+    install_plugin(site, monkeypatch, "avo_target_dial", PLUGIN, name="avo-target-dial", version="0.1", entry="dial")
     monkeypatch.delenv("AVO_DIAL_BOOST", raising=False)
-    plugins.reset_plugin_manager()
     yield site
     sys.modules.pop("avo_target_dial", None)
     plugins.reset_plugin_manager()
