@@ -177,21 +177,23 @@ class _Pack:
         if size > MAX_OBJECT:
             raise TooHard("an object too large to read here")
         unzip = zlib.decompressobj()
-        out, pos = b"", start
+        parts, got, pos = [], 0, start
         try:
             while not unzip.eof:
                 chunk = os.pread(self.fd, 1 << 16, pos)
                 if not chunk:
                     raise TooHard("a truncated entry")
                 pos += len(chunk)
-                out += unzip.decompress(chunk, size + 1 - len(out))
-                if len(out) > size:
+                part = unzip.decompress(chunk, size + 1 - got)  # never more than one byte past the header's size
+                parts.append(part)
+                got += len(part)
+                if got > size:
                     raise TooHard("an entry longer than its header says")
         except zlib.error:
             raise TooHard("a damaged entry") from None
-        if len(out) != size:
+        if got != size:
             raise TooHard("an entry shorter than its header says")
-        return out
+        return b"".join(parts)
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
