@@ -105,9 +105,14 @@ def _lineage_problems(paths: RunPaths, state: RunState, locked: bool) -> list[st
     return problems
 
 
+# Dicts whose keys are data, not fields an upgrade adds or drops: compared whole, so a setting
+# added to (or dropped from) the recorded ones is a difference.
+_WHOLE = frozenset({"target.settings"})
+
+
 def _differences(recorded: Any, current: Any, where: str) -> list[tuple[str, Any, Any]]:
     """Keys present in both whose values differ (fields added or dropped by an upgrade are not)."""
-    if isinstance(recorded, dict) and isinstance(current, dict):
+    if isinstance(recorded, dict) and isinstance(current, dict) and where not in _WHOLE:
         out = []
         for key in recorded:
             if key in current:
