@@ -22,6 +22,11 @@ _KINDS = {1: "commit", 2: "tree", 3: "blob", 4: "tag"}
 _OFS_DELTA, _REF_DELTA = 6, 7
 MAX_OBJECT = 1 << 28  # larger objects (none in a run's record) are left to git's reader
 _MAX_CHAIN = 10_000  # git writes chains of at most 4095 deltas
+# What one read may cost here, over its whole delta chain: the bytes inflated and rebuilt
+# (memory and copies), and the delta bytes walked one instruction at a time in Python (git
+# walks them in C, ~100 times faster). A chain past either is left to git, as a large object is.
+_MAX_WORK = MAX_OBJECT
+_MAX_DELTA_BYTES = 1 << 18
 
 
 class TooHard(Exception):
@@ -177,7 +182,7 @@ class _Pack:
         if size > MAX_OBJECT:
             raise TooHard("an object too large to read here")
         unzip = zlib.decompressobj()
-        out, pos = b"", start
+        out, pos = bytearray(), start  # grown in place: a bytes += would copy it all per chunk
         try:
             while not unzip.eof:
                 chunk = os.pread(self.fd, 1 << 16, pos)
@@ -191,7 +196,7 @@ class _Pack:
             raise TooHard("a damaged entry") from None
         if len(out) != size:
             raise TooHard("an entry shorter than its header says")
-        return out
+        return bytes(out)
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -244,11 +249,21 @@ def apply_delta(base: bytes, delta: bytes) -> bytes:
 
 def _resolve(packs: list[_Pack], pack: _Pack, offset: int) -> tuple[str, bytes]:
     chain: list[bytes] = []
+    work = deltas = 0
     for _ in range(_MAX_CHAIN):
         kind, size, base, start = pack.entry(offset)
+        # Counted from the headers before anything is inflated: a chain of small entries that
+        # inflate to large deltas would otherwise be held in memory all at once.
+        work += size
+        deltas += size if kind not in _KINDS else 0
+        if work > _MAX_WORK or deltas > _MAX_DELTA_BYTES:
+            raise TooHard("a delta chain costlier than this reader builds")
         data = pack.inflate(start, size)
         if kind in _KINDS:
             for delta in reversed(chain):
+                work += _varint(delta, _varint(delta, 0)[1])[0]  # the size it rebuilds
+                if work > _MAX_WORK:
+                    raise TooHard("a delta chain costlier than this reader builds")
                 data = apply_delta(data, delta)
             return _KINDS[kind], data
         chain.append(data)

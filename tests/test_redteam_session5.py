@@ -4,13 +4,18 @@ real run, and what avo must do about it."""
 
 from __future__ import annotations
 
+import hashlib
+import struct
+import zlib
 from pathlib import Path
 
 import pytest
 
 from avo.engine import open_run, start_run, submit
 from avo.errors import AvoError
-from tests.test_record_integrity import edit_json
+from avo.git_packs import TooHard, read_packed
+from avo.lineage import object_id, read_any
+from tests.test_record_integrity import avo, edit_json, git, started
 from tests.test_settings_pinned import dial  # noqa: F401  (the fixture)
 
 # -- run.json's recorded settings edited by the agent ---------------------------------------------
@@ -32,3 +37,85 @@ def test_a_recorded_setting_added_or_dropped_in_run_json_is_refused(
     (run.paths.work / "dial.txt").write_text("1.5\n")
     with pytest.raises(AvoError, match="settings"):
         submit(open_run(run.paths.root, runs_root), "dial 1.5")
+
+
+# -- a pack planted in avo's private backup -------------------------------------------------------
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n >> 7 else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def _inserts(base_size: int, content: bytes) -> bytes:
+    """A git delta that rebuilds ``content`` by one-byte inserts (valid, and slowest to walk)."""
+    return _varint(base_size) + _varint(len(content)) + b"".join(b"\x01" + content[i:i + 1]
+                                                                for i in range(len(content)))
+
+
+def _plant_pack(pack_dir: Path, blobs: list[bytes]) -> None:
+    """A version-2 pack (and its index, listing every entry) storing ``blobs[0]`` whole and
+    each later blob as an offset delta of one-byte inserts on the one before: what git's
+    own reader reads in C at once."""
+    body = bytearray(b"PACK" + struct.pack(">II", 2, len(blobs)))
+    rows = []
+    for i, blob in enumerate(blobs):
+        start = len(body)
+        data = blob if i == 0 else _inserts(len(blobs[i - 1]), blob)
+        size, kind = len(data), (3 if i == 0 else 6)
+        head = bytearray([(kind << 4) | (size & 15)])
+        size >>= 4
+        while size:
+            head[-1] |= 0x80
+            head.append(size & 0x7F)
+            size >>= 7
+        if i:  # the base's distance back (a single byte is enough for offsets below 128 only)
+            back, enc = start - rows[-1][2], bytearray()
+            enc.append(back & 0x7F)
+            back >>= 7
+            while back:
+                back -= 1
+                enc.insert(0, 0x80 | (back & 0x7F))
+                back >>= 7
+            head += enc
+        entry = bytes(head) + zlib.compress(data)
+        rows.append((bytes.fromhex(object_id("blob", blob)), zlib.crc32(entry), start))
+        body += entry
+    body += hashlib.sha1(body).digest()
+    rows.sort()
+    fan = b"".join(sum(1 for r in rows if r[0][0] <= b).to_bytes(4, "big") for b in range(256))
+    idx = bytearray(b"\xfftOc\x00\x00\x00\x02" + fan + b"".join(r[0] for r in rows)
+                    + b"".join(r[1].to_bytes(4, "big") for r in rows)
+                    + b"".join(r[2].to_bytes(4, "big") for r in rows) + body[-20:])
+    idx += hashlib.sha1(idx).digest()
+    (pack_dir / "pack-planted.pack").write_bytes(bytes(body))
+    (pack_dir / "pack-planted.idx").write_bytes(bytes(idx))
+
+
+def test_a_chain_of_insert_deltas_is_left_to_git_not_walked_in_python(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # The agent removes the loose score file of v1 from the backup and plants a pack that
+    # stores it at the end of a chain of deltas, each rebuilding 200 kB one byte at a time.
+    # git reads it in milliseconds; the in-process reader walked every instruction in Python
+    # (a second per megabyte, every delta held in memory at once before the first was
+    # applied): a pack of a few megabytes hung every command that checks the record.
+    run = started(toy, runs_root)
+    backup = run.paths.backup
+    sha = git(backup, "rev-parse", f"{run.state.versions[1].sha}:.avo/scores.jsonl")
+    scores = git(backup, "cat-file", "blob", sha).encode() + b"\n"
+    assert object_id("blob", scores) == sha
+    loose = backup / "objects" / sha[:2] / sha[2:]
+    loose.unlink()
+    _plant_pack(backup / "objects" / "pack",
+                [b"x", *(b"%04d" % i + b"a" * 200_000 for i in range(4)), scores])
+    assert git(backup, "cat-file", "blob", sha) + "\n" == scores.decode()  # git reads the pack
+    with pytest.raises(TooHard):
+        read_packed(backup / "objects", sha)
+    got = read_any(backup, f"{run.state.versions[1].sha}:.avo/scores.jsonl")
+    assert got is not None and got[2] == scores  # git's reader, in C
+    code, out = avo("status", "--run", str(run.paths.root))
+    assert code == 0, out
