@@ -5,7 +5,9 @@ real run, and what avo must do about it."""
 from __future__ import annotations
 
 import hashlib
+import os
 import struct
+import subprocess
 import zlib
 from pathlib import Path
 
@@ -14,7 +16,8 @@ import pytest
 from avo.engine import open_run, start_run, submit
 from avo.errors import AvoError
 from avo.git_packs import TooHard, read_packed
-from avo.lineage import object_id, read_any
+from avo.lineage import Lineage, object_id, read_any
+from tests.conftest import set_constants
 from tests.test_record_integrity import avo, edit_json, git, started
 from tests.test_settings_pinned import dial  # noqa: F401  (the fixture)
 
@@ -119,3 +122,73 @@ def test_a_chain_of_insert_deltas_is_left_to_git_not_walked_in_python(
     assert got is not None and got[2] == scores  # git's reader, in C
     code, out = avo("status", "--run", str(run.paths.root))
     assert code == 0, out
+
+
+# -- the snapshot's index rewritten between `git add -A` and avo's read of it ---------------------
+
+
+def _raw_index(entries: list[tuple[int, str, bytes]]) -> bytes:
+    """A version-2 index of ``(mode, sha, path)`` entries in the order given, checksum right."""
+    body = b"DIRC" + (2).to_bytes(4, "big") + len(entries).to_bytes(4, "big")
+    for mode, sha, path in entries:
+        entry = (b"\0" * 24 + mode.to_bytes(4, "big") + b"\0" * 12 + bytes.fromhex(sha)
+                 + min(len(path), 0xFFF).to_bytes(2, "big") + path)
+        body += entry + b"\0" * (8 - len(entry) % 8)
+    return body + hashlib.sha1(body).digest()
+
+
+def _submit_through(run, runs_root: Path, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+                    tail: list[tuple[int, str, bytes]], x: int = 6):
+    """Submit X=``x`` while the agent swaps the snapshot's index, right after `git add -A`
+    filled it, for one holding HEAD's other files and ``tail`` (``{good}``/``{evil}`` for the
+    blobs of the real candidate and of ``X = 1e9``)."""
+    work = run.paths.work
+    env = dict(os.environ, GIT_DIR=str(work / ".git"), GIT_WORK_TREE=str(work))
+    set_constants(work, x=x)
+
+    def blob(data: bytes) -> str:
+        return subprocess.run(["git", "hash-object", "-w", "--stdin"], input=data, env=env,
+                              capture_output=True, check=True).stdout.decode().strip()
+
+    shas = {"{good}": blob((work / "solution.py").read_bytes()), "{evil}": blob(b"X = 1e9\n")}
+    head = [line.split("\t", 1) for line in git(work, "ls-tree", "-r", "HEAD").splitlines()]
+    entries = [(int(meta.split()[0], 8), meta.split()[2], path.encode()) for meta, path in head
+               if path != "solution.py"]
+    evil = _raw_index(sorted(entries, key=lambda e: e[2]) + [(m, shas.get(s, s), p) for m, s, p in tail])
+    original = Lineage.git_bytes
+
+    def swapped_after_add(self: Lineage, *args: str, **kwargs):  # type: ignore[no-untyped-def]
+        out = original(self, *args, **kwargs)
+        if args[:1] == ("add",) and kwargs.get("index") is not None:
+            Path(kwargs["index"]).write_bytes(evil)  # git has filled it, avo has not read it yet
+        return out
+
+    monkeypatch.setattr(Lineage, "git_bytes", swapped_after_add)
+    try:
+        return submit(open_run(run.paths.root, runs_root), f"X={x}")
+    finally:
+        monkeypatch.setattr(Lineage, "git_bytes", original)
+
+
+def test_an_index_naming_one_file_twice_is_never_committed(
+        toy: Path, runs_root: Path, core_plugins: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two entries named solution.py: the innocent-looking one first (what `git show` and
+    # `git checkout` of the commit find), the measured one second (what avo's export wrote
+    # last, so what was evaluated). Accepted, the record showed other code than it scored.
+    run = start_run(str(toy), runs_root)
+    out = _submit_through(run, runs_root, monkeypatch,
+                          [(0o100644, "{evil}", b"solution.py"), (0o100644, "{good}", b"solution.py")])
+    assert out.outcome != "accepted"
+    assert len(open_run(run.paths.root, runs_root).state.versions) == 1
+
+
+def test_an_index_with_a_file_inside_a_file_is_refused_with_a_clear_error(
+        toy: Path, runs_root: Path, core_plugins: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `solution.py` and `solution.py/x`: git write-tree refuses it ("You have both ..."); the
+    # in-process writer made a tree of it, whose export failed with a raw FileExistsError.
+    run = start_run(str(toy), runs_root)
+    with pytest.raises(AvoError, match="solution.py"):
+        _submit_through(run, runs_root, monkeypatch,
+                        [(0o100644, "{good}", b"solution.py"), (0o100644, "{evil}", b"solution.py/x")])
+    assert len(open_run(run.paths.root, runs_root).state.versions) == 1
+    assert avo("status", "--run", str(run.paths.root))[0] == 0
