@@ -192,3 +192,29 @@ def test_an_index_with_a_file_inside_a_file_is_refused_with_a_clear_error(
                         [(0o100644, "{good}", b"solution.py"), (0o100644, "{evil}", b"solution.py/x")])
     assert len(open_run(run.paths.root, runs_root).state.versions) == 1
     assert avo("status", "--run", str(run.paths.root))[0] == 0
+
+
+# -- a shipped example re-measured by `avo verify` ------------------------------------------------
+
+
+def test_verify_measures_a_plugin_targets_example_with_its_recorded_settings(
+        dial: Path, runs_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    # A plugin target has no folder, so `avo verify` takes its spec from the plugin installed
+    # now, which records no settings: the example measured with AVO_DIAL_BOOST=5 was
+    # re-measured with it unset (pinned away, whatever the verifier's shell held), so an honest
+    # example read as a mismatch, and a record could only be checked in another mode than its own.
+    from avo.examples import export_run, verify_example
+
+    monkeypatch.setenv("AVO_DIAL_BOOST", "5")
+    run = start_run("dial", runs_root)
+    (run.paths.work / "dial.txt").write_text("2\n")
+    assert submit(run, "dial 2").outcome == "accepted"
+    dest = tmp_path / "example"
+    export_run(run, dest, plot=False)
+    for shell in ("5", None, "1000"):
+        if shell is None:
+            monkeypatch.delenv("AVO_DIAL_BOOST", raising=False)
+        else:
+            monkeypatch.setenv("AVO_DIAL_BOOST", shell)
+        result = verify_example(dest)
+        assert result.ok and result.scalar == pytest.approx(7.0), (shell, result.detail)
