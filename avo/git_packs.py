@@ -70,6 +70,12 @@ def _index_count(fd: int, pack_fd: int) -> int | None:
     trailer = pread_exact(fd, 20, size - 40)
     pack_size = os.fstat(pack_fd).st_size
     pack_sum = pread_exact(pack_fd, 20, pack_size - 20) if pack_size >= 32 else None
+    # git opens a pack only if its header holds as many objects as its index lists
+    # ("claims to have N objects while index indicates M"); nor may avo count it then.
+    pack_head = pread_exact(pack_fd, 12, 0) if pack_size >= 32 else None
+    if pack_head is None or pack_head[:4] != b"PACK" or pack_head[4:8] not in (b"\0\0\0\x02", b"\0\0\0\x03") \
+            or int.from_bytes(pack_head[8:], "big") != count:
+        return None
     return count if trailer is not None and pack_sum == trailer else None
 
 

@@ -60,17 +60,18 @@ def _inserts(base_size: int, content: bytes) -> bytes:
                                                                 for i in range(len(content)))
 
 
-def _plant_pack(pack_dir: Path, blobs: list[bytes]) -> None:
-    """A version-2 pack (and its index, listing every entry) storing ``blobs[0]`` whole and
-    each later blob as an offset delta of one-byte inserts on the one before: what git's
-    own reader reads in C at once."""
-    body = bytearray(b"PACK" + struct.pack(">II", 2, len(blobs)))
+def _plant_pack(pack_dir: Path, blobs: list[bytes], kind: str = "blob", claimed: int | None = None) -> None:
+    """A version-2 pack (and its index, listing every entry) storing ``blobs[0]`` whole (a
+    ``kind`` object) and each later one as an offset delta of one-byte inserts on the one
+    before: what git's own reader reads in C at once. ``claimed``: the object count its
+    header gives, if not the true one."""
+    body = bytearray(b"PACK" + struct.pack(">II", 2, len(blobs) if claimed is None else claimed))
     rows = []
     for i, blob in enumerate(blobs):
         start = len(body)
         data = blob if i == 0 else _inserts(len(blobs[i - 1]), blob)
-        size, kind = len(data), (3 if i == 0 else 6)
-        head = bytearray([(kind << 4) | (size & 15)])
+        size, code = len(data), ({"commit": 1, "blob": 3}[kind] if i == 0 else 6)
+        head = bytearray([(code << 4) | (size & 15)])
         size >>= 4
         while size:
             head[-1] |= 0x80
@@ -86,7 +87,7 @@ def _plant_pack(pack_dir: Path, blobs: list[bytes]) -> None:
                 back >>= 7
             head += enc
         entry = bytes(head) + zlib.compress(data)
-        rows.append((bytes.fromhex(object_id("blob", blob)), zlib.crc32(entry), start))
+        rows.append((bytes.fromhex(object_id(kind if i == 0 else "blob", blob)), zlib.crc32(entry), start))
         body += entry
     body += hashlib.sha1(body).digest()
     rows.sort()
@@ -95,6 +96,7 @@ def _plant_pack(pack_dir: Path, blobs: list[bytes]) -> None:
                     + b"".join(r[1].to_bytes(4, "big") for r in rows)
                     + b"".join(r[2].to_bytes(4, "big") for r in rows) + body[-20:])
     idx += hashlib.sha1(idx).digest()
+    pack_dir.mkdir(parents=True, exist_ok=True)
     (pack_dir / "pack-planted.pack").write_bytes(bytes(body))
     (pack_dir / "pack-planted.idx").write_bytes(bytes(idx))
 
@@ -218,3 +220,27 @@ def test_verify_measures_a_plugin_targets_example_with_its_recorded_settings(
             monkeypatch.setenv("AVO_DIAL_BOOST", shell)
         result = verify_example(dest)
         assert result.ok and result.scalar == pytest.approx(7.0), (shell, result.detail)
+
+
+# -- work/.git: a pack git will not open, counted as holding an accepted commit -------------------
+
+
+def test_a_pack_whose_header_disagrees_with_its_index_does_not_hide_a_removed_commit(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # The accepted commit, removed from work/.git, stored in a planted pack whose index and
+    # checksum are right but whose header claims one object more: git refuses the pack
+    # ("claims to have 2 objects while index indicates 1"), avo counted (and read) the commit
+    # from it, so it restored nothing from the backup and every submit failed in git diff.
+    run = started(toy, runs_root)
+    best = run.state.versions[-1].sha
+    work_git = run.paths.work / ".git"
+    got = read_any(work_git, best)
+    assert got is not None and got[1] == "commit"
+    (work_git / "objects" / best[:2] / best[2:]).unlink()
+    _plant_pack(work_git / "objects" / "pack", [got[2]], kind="commit", claimed=2)
+    assert subprocess.run(["git", "cat-file", "-e", best], cwd=run.paths.work).returncode != 0  # git: not there
+    set_constants(run.paths.work, x=9)
+    out = submit(open_run(run.paths.root, runs_root), "X=9")
+    assert out.outcome == "accepted", out
+    assert "restored accepted commits deleted from work/.git from avo's private backup" in out.notes
+    assert git(run.paths.work, "cat-file", "-t", best) == "commit"
