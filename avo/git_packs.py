@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import zlib
+from collections.abc import Collection
 from pathlib import Path
 
 from avo.errors import AvoError
@@ -86,12 +87,17 @@ def _pairs(pack_dir: Path) -> list[str]:
         return []
 
 
-def packed_ids(pack_dir: Path) -> set[bytes]:
-    """The ids (20 raw bytes) the version-2 pack indexes in ``pack_dir`` list, counting only an
-    index whose pack is there and is the one it indexes (its checksum), as git counts them: an
-    index left without its pack (or planted beside another) lists objects git cannot read.
+_TABLE_READ = 1 << 20  # id tables up to this size are read at once; larger ones searched, as git does
 
-    Reads only an index's header and id table, never a whole file of any size."""
+
+def packed_ids(pack_dir: Path, among: Collection[bytes] | None = None) -> set[bytes]:
+    """The ids (20 raw bytes) the version-2 pack indexes in ``pack_dir`` list (those of
+    ``among`` only, when given), counting only an index whose pack is there and is the one it
+    indexes (its checksum and object count), as git counts them: an index left without its
+    pack (or planted beside another) lists objects git cannot read.
+
+    Reads only an index's header and id table, never a whole file of any size: an index too
+    large to read at once (a sparse file costs no disk) is searched for each id of ``among``."""
     out: set[bytes] = set()
     for stem in _pairs(pack_dir):
         pack_fd = open_git_file(pack_dir / f"{stem}.pack")
@@ -103,6 +109,9 @@ def packed_ids(pack_dir: Path) -> set[bytes]:
                 continue
             try:
                 count = _index_count(fd, pack_fd)
+                if count is not None and among is not None and 20 * count > _TABLE_READ:
+                    out.update(raw for raw in among if _find(fd, count, raw) is not None)
+                    continue
                 table = pread_exact(fd, 20 * count, 8 + 1024) if count is not None else None
                 if table is not None:
                     out.update(table[i:i + 20] for i in range(0, len(table), 20))
@@ -122,13 +131,15 @@ def _find(fd: int, count: int, raw: bytes) -> int | None:
     lo, hi = int.from_bytes(bounds[:4], "big"), int.from_bytes(bounds[4:], "big")
     if not 0 <= lo <= hi <= count:
         return None
-    ids = pread_exact(fd, 20 * (hi - lo), 8 + 1024 + 20 * lo)
-    if ids is None:
-        return None
+    # A bucket of ordinary size is read at once; a larger one (a crafted fan-out puts every
+    # id of a sparse index in one) is searched an id at a time.
+    ids = pread_exact(fd, 20 * (hi - lo), 8 + 1024 + 20 * lo) if 20 * (hi - lo) <= _TABLE_READ else None
     a, b = 0, hi - lo
     while a < b:  # the ids are sorted
         mid = (a + b) // 2
-        got = ids[20 * mid:20 * mid + 20]
+        got = ids[20 * mid:20 * mid + 20] if ids is not None else pread_exact(fd, 20, 8 + 1024 + 20 * (lo + mid))
+        if got is None:
+            return None
         if got == raw:
             i = lo + mid
             small = pread_exact(fd, 4, 8 + 1024 + 24 * count + 4 * i)

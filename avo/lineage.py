@@ -1044,7 +1044,7 @@ class Lineage:
         read (and avo's reader where avo reads it), while the record is read from the backup.
         """
         objects = self.git_dir / "objects"
-        packed = packed_ids(objects / "pack")
+        packed = packed_ids(objects / "pack", [bytes.fromhex(s) for s in shas if _is_sha(s)])
         listed: dict[str, dict[str, bool]] = {}
         missing = []
         for sha in shas:

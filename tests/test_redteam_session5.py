@@ -244,3 +244,41 @@ def test_a_pack_whose_header_disagrees_with_its_index_does_not_hide_a_removed_co
     assert out.outcome == "accepted", out
     assert "restored accepted commits deleted from work/.git from avo's private backup" in out.notes
     assert git(run.paths.work, "cat-file", "-t", best) == "commit"
+
+
+# -- work/.git: a sparse pack index (gigabytes long, no disk) --------------------------------------
+
+
+def _bytes_read() -> int:
+    """What this process has read through read(2)/pread(2) so far (holes of a sparse file too)."""
+    line = next(x for x in Path("/proc/self/io").read_text().splitlines() if x.startswith("rchar:"))
+    return int(line.split()[1])
+
+
+def test_a_sparse_pack_index_is_searched_not_read_whole(toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # An index claiming 100 million objects is a 2.8 GB file that takes no disk (a hole), its
+    # tiny pack's header claims as many and ends in the checksum the index names. git
+    # binary-searches the index it maps; avo read its whole id table (2 GB, seconds) on every
+    # command that asks which accepted commits work/.git still holds, and for every object
+    # not stored loose: a few such files stalled every submit for minutes.
+    run = started(toy, runs_root)
+    work_git = run.paths.work / ".git"
+    pack_dir = work_git / "objects" / "pack"
+    pack_dir.mkdir(parents=True, exist_ok=True)
+    count, checksum = 100_000_000, b"\x01" * 20
+    (pack_dir / "pack-sparse.pack").write_bytes(b"PACK" + struct.pack(">II", 2, count) + checksum)
+    size = 8 + 1024 + 28 * count + 40
+    with open(pack_dir / "pack-sparse.idx", "wb") as fh:
+        fh.write(b"\xfftOc\x00\x00\x00\x02" + b"\0" * 1020 + count.to_bytes(4, "big"))
+        fh.truncate(size)
+        fh.seek(size - 40)
+        fh.write(checksum)
+    assert os.stat(pack_dir / "pack-sparse.idx").st_blocks * 512 < 1 << 20
+    lineage = open_run(run.paths.root, runs_root).lineage
+    before = _bytes_read()
+    assert lineage.missing_commits([v.sha for v in run.state.versions]) == []
+    assert read_any(work_git, "ff" * 40) is None  # in no pack: git is asked, and says so
+    assert _bytes_read() - before < 1 << 20
+    set_constants(run.paths.work, x=9)
+    assert submit(open_run(run.paths.root, runs_root), "X=9").outcome == "accepted"
+    assert avo("status", "--run", str(run.paths.root))[0] == 0
