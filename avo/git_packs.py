@@ -87,6 +87,7 @@ def _pairs(pack_dir: Path) -> list[str]:
         return []
 
 
+_MAX_PACKS = 256  # git repacks past 50 (gc.autoPackLimit); a read here holds two descriptors per pack
 _TABLE_READ = 1 << 20  # id tables up to this size are read at once; larger ones searched, as git does
 
 
@@ -305,8 +306,11 @@ def read_packed(objects: Path, sha: str) -> tuple[str, str, bytes] | None:
     raw = bytes.fromhex(sha)
     pack_dir = objects / "pack"
     packs: list[_Pack] = []
+    stems = _pairs(pack_dir)
+    if len(stems) > _MAX_PACKS:  # planted by the thousand, they would exhaust the descriptors
+        raise TooHard("more packs than this reader opens at once")
     try:
-        for stem in _pairs(pack_dir):
+        for stem in stems:
             pack_fd = open_git_file(pack_dir / f"{stem}.pack")
             if pack_fd is None:
                 continue

@@ -282,3 +282,30 @@ def test_a_sparse_pack_index_is_searched_not_read_whole(toy: Path, runs_root: Pa
     set_constants(run.paths.work, x=9)
     assert submit(open_run(run.paths.root, runs_root), "X=9").outcome == "accepted"
     assert avo("status", "--run", str(run.paths.root))[0] == 0
+
+
+def test_packs_planted_by_the_hundred_do_not_exhaust_the_descriptors(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # 300 copies of one pack (each valid, as git reads them) holding the accepted commit that
+    # was removed from work/.git: the in-process reader opened every pack and its index at
+    # once, 600 descriptors, past a 512 limit: "Too many open files", blamed on a pack.
+    import resource
+
+    run = started(toy, runs_root)
+    best = run.state.versions[-1].sha
+    work_git = run.paths.work / ".git"
+    got = read_any(work_git, best)
+    assert got is not None
+    (work_git / "objects" / best[:2] / best[2:]).unlink()
+    pack_dir = work_git / "objects" / "pack"
+    _plant_pack(pack_dir, [got[2]], kind="commit")
+    for i in range(300):
+        for ext in ("pack", "idx"):
+            os.link(pack_dir / f"pack-planted.{ext}", pack_dir / f"pack-copy{i:03}.{ext}")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (512, hard))
+    try:
+        again = read_any(work_git, best)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert again is not None and again[2] == got[2]
