@@ -314,7 +314,11 @@ def read_packed(objects: Path, sha: str) -> tuple[str, str, bytes] | None:
             pack_fd = open_git_file(pack_dir / f"{stem}.pack")
             if pack_fd is None:
                 continue
-            fd = open_git_file(pack_dir / f"{stem}.idx")
+            try:
+                fd = open_git_file(pack_dir / f"{stem}.idx")
+            except AvoError:
+                os.close(pack_fd)  # not yet in packs, which the finally below closes
+                raise
             if fd is None:
                 os.close(pack_fd)
                 continue
