@@ -107,16 +107,25 @@ def _lineage_problems(paths: RunPaths, state: RunState, locked: bool) -> list[st
 
 # Dicts whose keys are data, not fields an upgrade adds or drops: compared whole, so a setting
 # added to (or dropped from) the recorded ones is a difference.
-_WHOLE = frozenset({"target.settings"})
+WHOLE = frozenset({"target.settings"})
+# Fields added since terms were pinned, with what a run recorded before them stands for: such a
+# run has no settings, so none may appear in its run.json (they would reach its evaluator past
+# the scrub of its environment: LD_PRELOAD, PYTHONPATH).
+ADDED_EMPTY: dict[str, Any] = {"target.settings_env": [], "target.settings": {}}
 
 
 def _differences(recorded: Any, current: Any, where: str) -> list[tuple[str, Any, Any]]:
-    """Keys present in both whose values differ (fields added or dropped by an upgrade are not)."""
-    if isinstance(recorded, dict) and isinstance(current, dict) and where not in _WHOLE:
+    """Keys present in both whose values differ (fields added or dropped by an upgrade are not,
+    but for those of :data:`ADDED_EMPTY`, which must then hold their empty value)."""
+    if isinstance(recorded, dict) and isinstance(current, dict) and where not in WHOLE:
         out = []
         for key in recorded:
             if key in current:
                 out += _differences(recorded[key], current[key], f"{where}.{key}" if where else key)
+        for key in current.keys() - recorded.keys():
+            path = f"{where}.{key}" if where else key
+            if path in ADDED_EMPTY and current[key] != ADDED_EMPTY[path]:
+                out.append((path, current[key], ADDED_EMPTY[path]))
         return out
     return [] if recorded == current else [(where, current, recorded)]
 

@@ -17,7 +17,7 @@ from avo.contract import gain
 from avo.errors import RecordError
 from avo.lineage import BRANCH, read_any, read_commits, ref_of
 from avo.models import TargetSpec
-from avo.record_check import SCORES_FILE, started_terms, trajectory_findings
+from avo.record_check import ADDED_EMPTY, SCORES_FILE, WHOLE, started_terms, trajectory_findings
 from avo.record_format import parse_trailers, terms
 from avo.state import RunOptions, RunPaths, RunState, Version, append_trajectory, read_trajectory, save_state
 
@@ -79,9 +79,11 @@ def _changes(before: RunState, after: list[Version]) -> list[str]:
     return notes
 
 
-def _merged(recorded: Any, current: Any) -> Any:
-    if isinstance(recorded, dict) and isinstance(current, dict):
-        return {**current, **{k: _merged(v, current.get(k)) for k, v in recorded.items() if k in current}}
+def _merged(recorded: Any, current: Any, where: str = "") -> Any:
+    if isinstance(recorded, dict) and isinstance(current, dict) and where not in WHOLE:
+        at = {k: f"{where}.{k}" if where else k for k in current}
+        return {**current, **{k: ADDED_EMPTY[at[k]] for k in current if k not in recorded and at[k] in ADDED_EMPTY},
+                **{k: _merged(v, current.get(k), at[k]) for k, v in recorded.items() if k in current}}
     return recorded
 
 

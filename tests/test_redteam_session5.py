@@ -5,6 +5,7 @@ real run, and what avo must do about it."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import struct
 import subprocess
@@ -40,6 +41,10 @@ def test_a_recorded_setting_added_or_dropped_in_run_json_is_refused(
     (run.paths.work / "dial.txt").write_text("1.5\n")
     with pytest.raises(AvoError, match="settings"):
         submit(open_run(run.paths.root, runs_root), "dial 1.5")
+    code, out = avo("recover", "--run", str(run.paths.root))  # the recorded settings put back
+    assert code == 0, out
+    started = {} if started_with is None else {"AVO_DIAL_BOOST": started_with}
+    assert json.loads(run.paths.run_json.read_text())["target"]["settings"] == started
 
 
 # -- a pack planted in avo's private backup -------------------------------------------------------
@@ -309,3 +314,47 @@ def test_packs_planted_by_the_hundred_do_not_exhaust_the_descriptors(
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert again is not None and again[2] == got[2]
+
+
+def _started_before_settings(runs_root: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """A dial run started as avo did before settings existed: neither its run.json nor the
+    terms its start record and v0's avo-terms trailer pin name any."""
+    import avo.engine as engine
+    from avo.record_format import terms
+
+    def older_terms(state):  # type: ignore[no-untyped-def]
+        out = terms(state)
+        for key in ("settings_env", "settings"):
+            out["target"].pop(key)
+        return out
+
+    recorded_settings = engine.recorded_settings
+    monkeypatch.setattr(engine, "terms", older_terms)
+    monkeypatch.setattr(engine, "recorded_settings", lambda spec: spec.model_copy(update={"settings_env": []}))
+    run = start_run("dial", runs_root)
+    monkeypatch.setattr(engine, "terms", terms)
+    monkeypatch.setattr(engine, "recorded_settings", recorded_settings)
+    return run
+
+
+def test_settings_added_to_a_run_started_before_settings_are_refused(
+        dial: Path, runs_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    # A run whose pinned terms predate settings: the terms check skips fields the record does
+    # not have, so the agent could declare any variable a setting in run.json and give it any
+    # value, past the scrub of the evaluator's environment: LD_PRELOAD into the trusted
+    # evaluator, here a library that sets the dial's boost before Python starts.
+    run = _started_before_settings(runs_root, monkeypatch)
+    source, lib = tmp_path / "boost.c", tmp_path / "boost.so"
+    source.write_text('#include <stdlib.h>\n__attribute__((constructor)) static void boost(void) '
+                      '{ setenv("AVO_DIAL_BOOST", "1000", 1); }\n')
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib), str(source)], check=True)
+    edit_json(run.paths.run_json, lambda d: d["target"].update(
+        settings_env=["LD_PRELOAD"], settings={"LD_PRELOAD": str(lib)}))
+    (run.paths.work / "dial.txt").write_text("1.5\n")
+    with pytest.raises(AvoError, match="settings"):
+        submit(open_run(run.paths.root, runs_root), "dial 1.5")
+    code, out = avo("recover", "--run", str(run.paths.root))  # puts the run's own (no) settings back
+    assert code == 0, out
+    assert json.loads(run.paths.run_json.read_text())["target"]["settings"] == {}
+    out2 = submit(open_run(run.paths.root, runs_root), "dial 1.5")
+    assert out2.evaluation.scalar == pytest.approx(1.5)
