@@ -358,3 +358,25 @@ def test_settings_added_to_a_run_started_before_settings_are_refused(
     assert json.loads(run.paths.run_json.read_text())["target"]["settings"] == {}
     out2 = submit(open_run(run.paths.root, runs_root), "dial 1.5")
     assert out2.evaluation.scalar == pytest.approx(1.5)
+
+
+def test_a_setting_that_loads_code_is_refused_even_where_no_terms_are_pinned(
+        dial: Path, runs_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    # A run from before terms were pinned (v0's commit has no avo-terms trailer) has no terms
+    # check at all: LD_PRELOAD declared a setting in its run.json reached the trusted evaluator.
+    import avo.engine as engine
+
+    digest = engine.terms_digest
+    monkeypatch.setattr(engine, "terms_digest", lambda data: None)
+    run = start_run("dial", runs_root)
+    monkeypatch.setattr(engine, "terms_digest", digest)
+    assert "avo-terms" not in git(run.paths.backup, "log", "-1", "--format=%B", run.state.versions[0].sha)
+    source, lib = tmp_path / "boost.c", tmp_path / "boost.so"
+    source.write_text('#include <stdlib.h>\n__attribute__((constructor)) static void boost(void) '
+                      '{ setenv("AVO_DIAL_BOOST", "1000", 1); }\n')
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib), str(source)], check=True)
+    edit_json(run.paths.run_json, lambda d: d["target"].update(
+        settings_env=["LD_PRELOAD"], settings={"LD_PRELOAD": str(lib)}))
+    (run.paths.work / "dial.txt").write_text("1.5\n")
+    with pytest.raises(AvoError, match="LD_PRELOAD, which loads code into the evaluator"):
+        submit(open_run(run.paths.root, runs_root), "dial 1.5")
