@@ -28,6 +28,7 @@ _MAX_CHAIN = 10_000  # git writes chains of at most 4095 deltas
 # walks them in C, ~100 times faster). A chain past either is left to git, as a large object is.
 _MAX_WORK = MAX_OBJECT
 _MAX_DELTA_BYTES = 1 << 18
+_MAX_LOOKUPS = 1 << 14  # index searches for the bases of ref deltas, over all packs
 
 
 class TooHard(Exception):
@@ -267,8 +268,12 @@ def apply_delta(base: bytes, delta: bytes) -> bytes:
 
 def _resolve(packs: list[_Pack], pack: _Pack, offset: int) -> tuple[str, bytes]:
     chain: list[bytes] = []
-    work = deltas = 0
+    work = deltas = lookups = 0
+    seen: set[tuple[int, int]] = set()
     for _ in range(_MAX_CHAIN):
+        if (pack.fd, offset) in seen:  # ref deltas that lead back: git itself loops on them forever
+            raise Damaged("a delta chain that leads back to itself")
+        seen.add((pack.fd, offset))
         kind, size, base, start = pack.entry(offset)
         # Counted from the headers before anything is inflated: a chain of small entries that
         # inflate to large deltas would otherwise be held in memory all at once.
@@ -288,6 +293,9 @@ def _resolve(packs: list[_Pack], pack: _Pack, offset: int) -> tuple[str, bytes]:
         if isinstance(base, int):
             offset = base
             continue
+        lookups += len(packs)  # each base found by id is searched for in every pack
+        if lookups > _MAX_LOOKUPS:
+            raise TooHard("a delta chain costlier than this reader builds")
         found = next(((p, o) for p in packs if (o := _find(p.idx, p.count, base)) is not None), None)
         if found is None:
             raise TooHard("a delta whose base is in no pack")  # a thin pack: git may still know it

@@ -380,3 +380,40 @@ def test_a_setting_that_loads_code_is_refused_even_where_no_terms_are_pinned(
     (run.paths.work / "dial.txt").write_text("1.5\n")
     with pytest.raises(AvoError, match="LD_PRELOAD, which loads code into the evaluator"):
         submit(open_run(run.paths.root, runs_root), "dial 1.5")
+
+
+def test_ref_deltas_that_lead_back_to_themselves_hang_nothing(toy: Path, runs_root: Path,
+                                                              core_plugins: None) -> None:
+    # The newest score file, removed from the backup, "stored" as a ref delta on an id whose entry
+    # is a ref delta on it again: git's own reader loops on that forever (git cat-file never
+    # answers), and the in-process reader, after 10,000 turns of the loop, left it to git.
+    from tests.test_redteam_fastpaths import _avo_child
+
+    run = started(toy, runs_root)
+    backup = run.paths.backup
+    sha = git(backup, "rev-parse", f"{run.state.versions[1].sha}:.avo/scores.jsonl")
+    (backup / "objects" / sha[:2] / sha[2:]).unlink()
+    other = hashlib.sha1(b"the other half").digest()
+    delta = b"\x01\x01\x01x"  # one byte rebuilt from a one-byte base
+    body = bytearray(b"PACK" + struct.pack(">II", 2, 2))
+    rows = []
+    for raw, base in ((bytes.fromhex(sha), other), (other, bytes.fromhex(sha))):
+        entry = bytes([(7 << 4) | len(delta)]) + base + zlib.compress(delta)  # type 7: a ref delta
+        rows.append((raw, zlib.crc32(entry), len(body)))
+        body += entry
+    body += hashlib.sha1(body).digest()
+    rows.sort()
+    fan = b"".join(sum(1 for r in rows if r[0][0] <= b).to_bytes(4, "big") for b in range(256))
+    idx = bytearray(b"\xfftOc\x00\x00\x00\x02" + fan + b"".join(r[0] for r in rows)
+                    + b"".join(r[1].to_bytes(4, "big") for r in rows)
+                    + b"".join(r[2].to_bytes(4, "big") for r in rows) + body[-20:])
+    pack_dir = backup / "objects" / "pack"
+    pack_dir.mkdir(parents=True, exist_ok=True)
+    (pack_dir / "pack-cycle.pack").write_bytes(bytes(body))
+    (pack_dir / "pack-cycle.idx").write_bytes(bytes(idx + hashlib.sha1(idx).digest()))
+    # The submit reads the newest version's score file back from the backup to extend it.
+    set_constants(run.paths.work, x=9)
+    done = _avo_child(["submit", "--run", str(run.paths.root), "-m", "X=9"], runs_root, timeout=120)
+    assert done is not None, "avo submit waited forever on a delta cycle"
+    assert "Traceback" not in done.stdout, done.stdout
+    assert read_any(backup, sha) is None  # not there: damaged, as a loose file that does not hash
