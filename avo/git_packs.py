@@ -22,13 +22,12 @@ IDX_MAGIC = b"\xfftOc\x00\x00\x00\x02"  # a version-2 pack index: git has writte
 _KINDS = {1: "commit", 2: "tree", 3: "blob", 4: "tag"}
 _OFS_DELTA, _REF_DELTA = 6, 7
 MAX_OBJECT = 1 << 28  # larger objects (none in a run's record) are left to git's reader
-_MAX_CHAIN = 10_000  # git writes chains of at most 4095 deltas
+_MAX_CHAIN = 4095  # git writes chains of at most 4095 deltas (pack.depth)
 # What one read may cost here, over its whole delta chain: the bytes inflated and rebuilt
 # (memory and copies), and the delta bytes walked one instruction at a time in Python (git
 # walks them in C, ~100 times faster). A chain past either is left to git, as a large object is.
 _MAX_WORK = MAX_OBJECT
 _MAX_DELTA_BYTES = 1 << 18
-_MAX_LOOKUPS = 1 << 14  # index searches for the bases of ref deltas, over all packs
 
 
 class TooHard(Exception):
@@ -267,40 +266,43 @@ def apply_delta(base: bytes, delta: bytes) -> bytes:
 
 
 def _resolve(packs: list[_Pack], pack: _Pack, offset: int) -> tuple[str, bytes]:
-    chain: list[bytes] = []
-    work = deltas = lookups = 0
+    # The chain is walked by its headers first, nothing inflated: its cost (the bytes it
+    # would inflate and rebuild, the delta bytes walked in Python) is known before any is
+    # paid, and a chain that leads back to an entry (ref deltas on each other, which git's
+    # own reader loops on forever) or is longer than git writes is refused, never left to git.
+    steps: list[tuple[_Pack, int, int, int]] = []
     seen: set[tuple[int, int]] = set()
-    for _ in range(_MAX_CHAIN):
-        if (pack.fd, offset) in seen:  # ref deltas that lead back: git itself loops on them forever
+    work = deltas = 0
+    while True:
+        if (pack.fd, offset) in seen:
             raise Damaged("a delta chain that leads back to itself")
+        if len(seen) > _MAX_CHAIN:
+            raise Damaged("a delta chain longer than git writes")
         seen.add((pack.fd, offset))
         kind, size, base, start = pack.entry(offset)
-        # Counted from the headers before anything is inflated: a chain of small entries that
-        # inflate to large deltas would otherwise be held in memory all at once.
         work += size
         deltas += size if kind not in _KINDS else 0
-        if work > _MAX_WORK or deltas > _MAX_DELTA_BYTES:
-            raise TooHard("a delta chain costlier than this reader builds")
-        data = pack.inflate(start, size)
+        steps.append((pack, kind, size, start))
         if kind in _KINDS:
-            for delta in reversed(chain):
-                work += _varint(delta, _varint(delta, 0)[1])[0]  # the size it rebuilds
-                if work > _MAX_WORK:
-                    raise TooHard("a delta chain costlier than this reader builds")
-                data = apply_delta(data, delta)
-            return _KINDS[kind], data
-        chain.append(data)
+            break
         if isinstance(base, int):
             offset = base
             continue
-        lookups += len(packs)  # each base found by id is searched for in every pack
-        if lookups > _MAX_LOOKUPS:
-            raise TooHard("a delta chain costlier than this reader builds")
         found = next(((p, o) for p in packs if (o := _find(p.idx, p.count, base)) is not None), None)
         if found is None:
             raise TooHard("a delta whose base is in no pack")  # a thin pack: git may still know it
         pack, offset = found
-    raise TooHard("a delta chain longer than git writes")
+    if work > _MAX_WORK or deltas > _MAX_DELTA_BYTES:
+        raise TooHard("a delta chain costlier than this reader builds")
+    top, kind, size, start = steps[-1]
+    data = top.inflate(start, size)
+    for step, _kind, size, start in reversed(steps[:-1]):  # one delta in memory at a time
+        delta = step.inflate(start, size)
+        work += _varint(delta, _varint(delta, 0)[1])[0]  # the size it rebuilds
+        if work > _MAX_WORK:
+            raise TooHard("a delta chain costlier than this reader builds")
+        data = apply_delta(data, delta)
+    return _KINDS[kind], data
 
 
 def read_packed(objects: Path, sha: str) -> tuple[str, str, bytes] | None:

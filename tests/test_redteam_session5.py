@@ -341,15 +341,12 @@ def test_settings_added_to_a_run_started_before_settings_are_refused(
         dial: Path, runs_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     # A run whose pinned terms predate settings: the terms check skips fields the record does
     # not have, so the agent could declare any variable a setting in run.json and give it any
-    # value, past the scrub of the evaluator's environment: LD_PRELOAD into the trusted
-    # evaluator, here a library that sets the dial's boost before Python starts.
+    # value, past the scrub of the evaluator's environment (LD_PRELOAD was measured to score
+    # 1001.5 for 1.5 this way; it is now refused on its name, see the next test), and the
+    # run's own evaluations then all got it: here the dial's boost.
     run = _started_before_settings(runs_root, monkeypatch)
-    source, lib = tmp_path / "boost.c", tmp_path / "boost.so"
-    source.write_text('#include <stdlib.h>\n__attribute__((constructor)) static void boost(void) '
-                      '{ setenv("AVO_DIAL_BOOST", "1000", 1); }\n')
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib), str(source)], check=True)
     edit_json(run.paths.run_json, lambda d: d["target"].update(
-        settings_env=["LD_PRELOAD"], settings={"LD_PRELOAD": str(lib)}))
+        settings_env=["AVO_DIAL_BOOST"], settings={"AVO_DIAL_BOOST": "1000"}))
     (run.paths.work / "dial.txt").write_text("1.5\n")
     with pytest.raises(AvoError, match="settings"):
         submit(open_run(run.paths.root, runs_root), "dial 1.5")
@@ -382,8 +379,9 @@ def test_a_setting_that_loads_code_is_refused_even_where_no_terms_are_pinned(
         submit(open_run(run.paths.root, runs_root), "dial 1.5")
 
 
-def test_ref_deltas_that_lead_back_to_themselves_hang_nothing(toy: Path, runs_root: Path,
-                                                              core_plugins: None) -> None:
+@pytest.mark.parametrize("delta_size", [1, 200_000], ids=["small", "past-the-budget"])
+def test_ref_deltas_that_lead_back_to_themselves_hang_nothing(toy: Path, runs_root: Path, core_plugins: None,
+                                                              delta_size: int) -> None:
     # The newest score file, removed from the backup, "stored" as a ref delta on an id whose entry
     # is a ref delta on it again: git's own reader loops on that forever (git cat-file never
     # answers), and the in-process reader, after 10,000 turns of the loop, left it to git.
@@ -394,11 +392,19 @@ def test_ref_deltas_that_lead_back_to_themselves_hang_nothing(toy: Path, runs_ro
     sha = git(backup, "rev-parse", f"{run.state.versions[1].sha}:.avo/scores.jsonl")
     (backup / "objects" / sha[:2] / sha[2:]).unlink()
     other = hashlib.sha1(b"the other half").digest()
-    delta = b"\x01\x01\x01x"  # one byte rebuilt from a one-byte base
+    # A delta too costly to build is refused as such only after the chain is walked: else
+    # it would be left to git, and git would loop.
+    delta = _inserts(delta_size, b"x" * delta_size)
     body = bytearray(b"PACK" + struct.pack(">II", 2, 2))
     rows = []
     for raw, base in ((bytes.fromhex(sha), other), (other, bytes.fromhex(sha))):
-        entry = bytes([(7 << 4) | len(delta)]) + base + zlib.compress(delta)  # type 7: a ref delta
+        size, head = len(delta), bytearray([(7 << 4) | (len(delta) & 15)])  # type 7: a ref delta
+        size >>= 4
+        while size:
+            head[-1] |= 0x80
+            head.append(size & 0x7F)
+            size >>= 7
+        entry = bytes(head) + base + zlib.compress(delta)
         rows.append((raw, zlib.crc32(entry), len(body)))
         body += entry
     body += hashlib.sha1(body).digest()
