@@ -643,8 +643,9 @@ def start_run(
         say(f"WARNING: {warning}")
     spec = recorded_settings(spec)
     if spec.settings_env:
+        recorded = spec.settings or {}
         say("settings recorded for every evaluation of this run: " + ", ".join(
-            f"{n}={spec.settings[n]}" if n in spec.settings else f"{n} unset" for n in spec.settings_env))
+            f"{n}={recorded[n]}" if n in recorded else f"{n} unset" for n in spec.settings_env))
     sandbox = sandbox or os.environ.get("AVO_SANDBOX", "").strip() or "auto"
     level, level_why = resolve_level(sandbox)
     if level == "none" and sandbox == "auto":

@@ -93,6 +93,8 @@ def recorded_settings(spec: TargetSpec) -> TargetSpec:
 def pinned_settings(env: dict[str, str], spec: TargetSpec) -> dict[str, str]:
     """``env`` with the target's settings exactly as the run recorded them: an agent's shell
     that sets a thread count (or unsets one) cannot change what its candidates are measured at."""
+    if spec.settings is None:  # not a run's spec: the settings come from the environment
+        return env
     out = {k: v for k, v in env.items() if k not in spec.settings_env}
     out.update(spec.settings)
     return out
@@ -100,7 +102,9 @@ def pinned_settings(env: dict[str, str], spec: TargetSpec) -> dict[str, str]:
 
 def ignored_settings(spec: TargetSpec) -> list[str]:
     """A note for each setting this shell holds otherwise than the run recorded it."""
-    notes = []
+    notes: list[str] = []
+    if spec.settings is None:
+        return notes
     for name in spec.settings_env:
         here, run = os.environ.get(name), spec.settings.get(name)
         if here != run:
@@ -130,7 +134,7 @@ def _launch(
         cwd = workdir or rt.scratch
         box = Sandbox(writable=tuple(p for p in (workdir, rt.scratch) if p is not None),
                       readable=(rt.copy_root,), hide=tuple(installed_package_dirs()),
-                      env={**env, **spec.settings, "AVO_LOG_DIR": str(logs)}, cwd=cwd)
+                      env={**env, **(spec.settings or {}), "AVO_LOG_DIR": str(logs)}, cwd=cwd)
         command, child_env = wrap(cmd, box, rt.sandbox)
         child_env = pinned_settings(child_env, spec)
         outcome = run_child(command, cwd=cwd, timeout=timeout, limits=spec.limits, log_path=log_path,

@@ -121,11 +121,10 @@ def verify_example(folder: Path, *, version: int | None = None, executor: str | 
     state, wanted = load_example(folder, version)
     spec = state.target
     if spec.directory is None or not spec.directory.is_dir():
-        # The evaluator installed now, measuring in the mode the example recorded (a thread
-        # count, a dtype): the installed spec has no settings of its own.
-        installed = find_target(spec.name)
-        spec = installed.model_copy(update={"settings": {
-            k: v for k, v in spec.settings.items() if k in installed.settings_env}})
+        spec = find_target(spec.name)
+        if state.target.settings is not None:  # replayed in the mode the run was measured in
+            spec = spec.model_copy(update={"settings": {
+                k: v for k, v in state.target.settings.items() if k in spec.settings_env}})
     with tempfile.TemporaryDirectory(prefix="avo-verify-") as tmp:
         snap = Path(tmp) / "candidate"
         export_example_version(folder, wanted, snap)

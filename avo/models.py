@@ -137,9 +137,10 @@ class TargetSpec(BaseModel):
         default_factory=list, description="Environment variables the evaluator reads as settings (a thread "
         "count, a dtype): their values when a run starts are recorded in `settings`, and every evaluation "
         "of that run gets exactly those, whatever the shell that runs `avo submit` holds")
-    settings: dict[str, str] = Field(
-        default_factory=dict, description="The values `settings_env` had when the run started (a name "
-        "left out was unset then, and stays unset for the run's evaluations); filled in by avo")
+    settings: dict[str, str] | None = Field(
+        None, description="The values `settings_env` had when the run started (a name left out was unset "
+        "then, and stays unset for the run's evaluations); filled in by avo. None outside a run: an "
+        "evaluation of the spec as installed takes the settings from the environment")
     # Filled in by the plugin manager: which plugin serves this target.
     provider: str | None = None
 
@@ -153,7 +154,7 @@ class TargetSpec(BaseModel):
             if name.upper().startswith(_CODE_LOADING):
                 raise ValueError(f"settings_env names {name}, which loads code into the evaluator: it is never "
                                  "a setting")
-        stray = sorted(set(self.settings) - set(self.settings_env))
+        stray = sorted(set(self.settings or {}) - set(self.settings_env))
         if stray:
             raise ValueError(f"settings holds {', '.join(stray)}, which settings_env does not name")
         return self

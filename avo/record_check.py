@@ -105,31 +105,6 @@ def _lineage_problems(paths: RunPaths, state: RunState, locked: bool) -> list[st
     return problems
 
 
-# Dicts whose keys are data, not fields an upgrade adds or drops: compared whole, so a setting
-# added to (or dropped from) the recorded ones is a difference.
-WHOLE = frozenset({"target.settings"})
-# Fields added since terms were pinned, with what a run recorded before them stands for: such a
-# run has no settings, so none may appear in its run.json (they would reach its evaluator past
-# the scrub of its environment: LD_PRELOAD, PYTHONPATH).
-ADDED_EMPTY: dict[str, Any] = {"target.settings_env": [], "target.settings": {}}
-
-
-def _differences(recorded: Any, current: Any, where: str) -> list[tuple[str, Any, Any]]:
-    """Keys present in both whose values differ (fields added or dropped by an upgrade are not,
-    but for those of :data:`ADDED_EMPTY`, which must then hold their empty value)."""
-    if isinstance(recorded, dict) and isinstance(current, dict) and where not in WHOLE:
-        out = []
-        for key in recorded:
-            if key in current:
-                out += _differences(recorded[key], current[key], f"{where}.{key}" if where else key)
-        for key in current.keys() - recorded.keys():
-            path = f"{where}.{key}" if where else key
-            if path in ADDED_EMPTY and current[key] != ADDED_EMPTY[path]:
-                out.append((path, current[key], ADDED_EMPTY[path]))
-        return out
-    return [] if recorded == current else [(where, current, recorded)]
-
-
 def started_terms(paths: RunPaths, state: RunState) -> tuple[dict[str, Any] | None, str | None]:
     """The terms the run started on, as pinned by v0's commit in the backup, and why not if not.
 
@@ -154,8 +129,10 @@ def _terms_problems(paths: RunPaths, state: RunState) -> list[str]:
         return [problem]
     if recorded is None:
         return []
+    from avo.terms_compare import terms_differences
+
     return [f"run.json's {key} is {now!r}, but the run started with {then!r} (pinned by v0's commit)"
-            for key, now, then in _differences(recorded, terms(state), "")[:8]]
+            for key, now, then in terms_differences(recorded, terms(state))[:8]]
 
 
 def _record_problems_elsewhere(paths: RunPaths, state: RunState, records: list[dict[str, Any] | None]) -> list[str]:

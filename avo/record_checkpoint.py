@@ -320,7 +320,6 @@ def quick_check(paths: RunPaths, state: RunState, *, locked: bool) -> Checkpoint
 
 def _terms_agree(paths: RunPaths, state: RunState, fold: Fold, terms: Any, terms_digest: Any) -> bool:
     from avo.lineage import commit_message
-    from avo.record_check import _differences
     from avo.record_format import parse_trailers
 
     if not (paths.backup / "HEAD").exists():  # no backup to read: the full check names it
@@ -334,4 +333,6 @@ def _terms_agree(paths: RunPaths, state: RunState, fold: Fold, terms: Any, terms
     recorded = fold.start_terms
     if not isinstance(recorded, dict) or terms_digest(recorded) != pinned:
         return False
-    return not _differences(recorded, terms(state), "")
+    from avo.terms_compare import terms_differences
+
+    return not terms_differences(recorded, terms(state))

@@ -17,9 +17,10 @@ from avo.contract import gain
 from avo.errors import RecordError
 from avo.lineage import BRANCH, read_any, read_commits, ref_of
 from avo.models import TargetSpec
-from avo.record_check import ADDED_EMPTY, SCORES_FILE, WHOLE, started_terms, trajectory_findings
+from avo.record_check import SCORES_FILE, started_terms, trajectory_findings
 from avo.record_format import parse_trailers, terms
 from avo.state import RunOptions, RunPaths, RunState, Version, append_trajectory, read_trajectory, save_state
+from avo.terms_compare import restored_terms
 
 
 def _versions_from_backup(paths: RunPaths, state: RunState) -> list[Version]:
@@ -79,33 +80,36 @@ def _changes(before: RunState, after: list[Version]) -> list[str]:
     return notes
 
 
-def _merged(recorded: Any, current: Any, where: str = "") -> Any:
-    if isinstance(recorded, dict) and isinstance(current, dict) and where not in WHOLE:
-        at = {k: f"{where}.{k}" if where else k for k in current}
-        return {**current, **{k: ADDED_EMPTY[at[k]] for k in current if k not in recorded and at[k] in ADDED_EMPTY},
-                **{k: _merged(v, current.get(k), at[k]) for k, v in recorded.items() if k in current}}
-    return recorded
-
-
 def _restore_terms(paths: RunPaths, state: RunState) -> list[str]:
-    """Put back the spec, options and configs the run started on (v0's commit pins them)."""
+    """Put back the spec, options, configs, hashes and sandbox level the run started on (v0's
+    commit pins them)."""
     recorded, problem = started_terms(paths, state)
     if problem:
         return [f"cannot restore the run's terms: {problem}"]
     if recorded is None:
         return []
     now = terms(state)
-    fixed = _merged(recorded, now)
+    fixed = restored_terms(recorded, now)
     notes = []
-    for part in ("target", "options", "configs"):
-        for key in sorted(set(now[part]) if isinstance(now[part], dict) else [""]):
-            before = now[part][key] if key else now[part]
-            after = fixed[part][key] if key else fixed[part]
+    for part in ("target", "options", "configs", "hashes", "sandbox"):
+        if part not in now or part not in fixed:
+            continue
+        keys = set(now[part]) | set(fixed[part]) if isinstance(now[part], dict) else {""}
+        for key in sorted(keys):
+            before = now[part].get(key) if key else now[part]
+            after = fixed[part].get(key) if key else fixed[part]
             if before != after:
-                notes.append(f"{part}{'.' + key if key else ''} {before!r} -> {after!r} (the terms v0's commit pins)")
+                shown = (f"{len(before)} files" if isinstance(before, dict) else repr(before),
+                         f"{len(after)} files" if isinstance(after, dict) else repr(after)) \
+                    if part == "hashes" else (repr(before), repr(after))
+                notes.append(f"{part}{'.' + key if key else ''} {shown[0]} -> {shown[1]} (the terms v0's commit pins)")
     state.target = TargetSpec.model_validate(fixed["target"])
     state.options = RunOptions.model_validate({**fixed["options"], "max_steps": state.options.max_steps})
     state.configs = list(fixed["configs"])
+    if isinstance(fixed.get("hashes"), dict):
+        state.hashes = fixed["hashes"]
+    if isinstance(fixed.get("sandbox"), str):
+        state.sandbox = fixed["sandbox"]
     return notes
 
 

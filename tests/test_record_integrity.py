@@ -668,3 +668,33 @@ def test_a_forged_loose_object_read_through_git_is_refused_too(toy: Path, runs_r
     _objects(backup).close()  # a fresh reader, as a new command would start
     assert read_objects(backup, [spec]) == [None]  # ... avo does not
     assert read_objects(backup, [spec] * 8) == [None] * 8  # nor through the pipelined reader
+
+
+def test_a_planted_module_with_its_hash_written_into_run_json_is_refused(
+    toy: Path, runs_root: Path, core_plugins: None
+) -> None:
+    # The agent plants json.py beside the toy's eval.py (the script's folder comes first on
+    # sys.path, so `import json` there runs it: it prints a result of its own and exits), and
+    # writes its hash into run.json's evaluator hashes so the integrity check finds what it
+    # expects. The check of the terms v0's commit pins passed over a key added to a table,
+    # as if an upgrade had added a field: the submit was accepted at 1e9.
+    run = start_run(str(toy), runs_root)
+    evil = ('import os, sys\nsys.stdout.write(\'{"correct": true, "metrics": {"config_a": 1e9, "config_b": 1e9}}\\n\')\n'
+            "sys.stdout.flush()\nos._exit(0)\n")
+    (toy / "json.py").write_text(evil)
+    data = json.loads(run.paths.run_json.read_text())
+    data["hashes"]["evaluator"]["json.py"] = hashlib.sha256(evil.encode()).hexdigest()
+    run.paths.run_json.write_text(json.dumps(data, indent=2))
+    set_constants(run.paths.work, x=6)
+    with pytest.raises(RecordError, match="disagrees with its lineage") as caught:
+        submit(open_run(run.paths.root, runs_root), "X=6")
+    assert "run.json's hashes.evaluator is" in str(caught.value)
+    assert [v["scalar"] < 1e6 for v in json.loads(run.paths.run_json.read_text())["versions"]] == [True]
+    # `avo recover`, which the refusal points at, puts the pinned hashes back (it used to keep
+    # a key the start had not recorded); the planted file is then what the integrity check names.
+    result = CliRunner().invoke(app, ["recover", "--run", str(run.paths.root)])
+    assert result.exit_code == 0, result.output
+    assert "json.py" not in json.loads(run.paths.run_json.read_text())["hashes"]["evaluator"]
+    with pytest.raises(AvoError, match="json.py"):
+        submit(open_run(run.paths.root, runs_root), "X=6")
+    assert len(json.loads(run.paths.run_json.read_text())["versions"]) == 1

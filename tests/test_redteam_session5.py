@@ -352,7 +352,7 @@ def test_settings_added_to_a_run_started_before_settings_are_refused(
         submit(open_run(run.paths.root, runs_root), "dial 1.5")
     code, out = avo("recover", "--run", str(run.paths.root))  # puts the run's own (no) settings back
     assert code == 0, out
-    assert json.loads(run.paths.run_json.read_text())["target"]["settings"] == {}
+    assert json.loads(run.paths.run_json.read_text())["target"]["settings"] is None  # none recorded
     out2 = submit(open_run(run.paths.root, runs_root), "dial 1.5")
     assert out2.evaluation.scalar == pytest.approx(1.5)
 

@@ -127,3 +127,53 @@ def test_a_directory_targets_settings_reach_its_command_as_recorded(
     monkeypatch.setenv("TOY_MODE", "the-agents")
     report = evaluate_work(open_run(run.paths.root, runs_root))
     assert "mode recorded" in (report.evaluation.result.notes or ""), report.evaluation.result.notes
+
+
+def test_outside_a_run_the_settings_come_from_the_environment(dial: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # A conformance suite or a target author's own check evaluates the spec as installed.
+    from avo.evaluation import evaluate_dir
+
+    work = tmp_path / "cand"
+    work.mkdir()
+    (work / "dial.txt").write_text("1\n")
+    monkeypatch.setenv("AVO_DIAL_BOOST", "2")
+    spec = plugins.find_target("dial")
+    assert spec.settings is None
+    assert evaluate_dir(spec, work, tmp_path / "eval.log").scalar == pytest.approx(3.0)
+
+
+def test_verify_replays_a_shipped_run_in_its_recorded_mode(dial: Path, runs_root: Path, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from avo.examples import export_run, verify_example
+
+    monkeypatch.setenv("AVO_DIAL_BOOST", "5")
+    run = start_run("dial", runs_root)
+    (run.paths.work / "dial.txt").write_text("3\n")
+    assert submit(open_run(run.paths.root, runs_root), "dial 3").evaluation.scalar == pytest.approx(8.0)
+    export_run(open_run(run.paths.root, runs_root), tmp_path / "example", plot=False)
+    for shell in ("0", None):  # a verifier's shell with another value, or none
+        if shell is None:
+            monkeypatch.delenv("AVO_DIAL_BOOST")
+        else:
+            monkeypatch.setenv("AVO_DIAL_BOOST", shell)
+        result = verify_example(tmp_path / "example")
+        assert result.ok and result.detail == "reproduced exactly", result.detail
+
+
+def test_settings_edited_into_run_json_do_not_reach_the_evaluator(dial: Path, runs_root: Path) -> None:
+    # The recorded settings are part of the terms v0's commit pins: an agent that writes a
+    # value into run.json (a key the start did not record) is refused, never measured. The
+    # check used to pass over keys added to a mapping, as if an upgrade had added a field.
+    from avo.errors import AvoError
+
+    run = start_run("dial", runs_root)
+    data = json.loads(run.paths.run_json.read_text())
+    data["target"]["settings"] = {"AVO_DIAL_BOOST": "1000"}
+    run.paths.run_json.write_text(json.dumps(data, indent=2))
+    (run.paths.work / "dial.txt").write_text("2\n")
+    with pytest.raises(AvoError, match="disagrees with its lineage") as caught:
+        submit(open_run(run.paths.root, runs_root), "dial 2")
+    assert "run.json's target.settings is {'AVO_DIAL_BOOST': '1000'}, but the run started with {}" \
+        in str(caught.value)
+    assert len(json.loads(run.paths.run_json.read_text())["versions"]) == 1

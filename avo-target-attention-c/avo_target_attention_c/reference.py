@@ -20,9 +20,10 @@ def make_inputs(seed: int, heads: int, n: int, d: int, logit_scale: float = 1.0,
                 skewed: bool = False) -> tuple[F32, F32, F32]:
     """Deterministic q, k, v (float32, contiguous [heads][n][d]): standard normal, or skewed.
 
-    ``logit_scale`` multiplies q: at 5.0 the scores reach several hundred, so a kernel
-    that skips the max-subtraction overflows expf and a fast exp that does not clamp its
-    argument underflows into garbage. ``skewed`` draws :func:`skewed_inputs` instead.
+    ``logit_scale`` multiplies q: at 5.0 the row maxima reach about 20-27 and scores lie up
+    to about 43 below them, so a fast exp that does not clamp its argument underflows into
+    garbage (expf itself does not overflow there: the skewed shapes' logits of 150 make a
+    kernel that skips the max subtraction overflow). ``skewed`` draws :func:`skewed_inputs`.
     """
     rng = np.random.default_rng(seed)
     if skewed:

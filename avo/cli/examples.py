@@ -52,7 +52,10 @@ def register(app: typer.Typer) -> None:
         executor: ExecutorOpt = None,
         executor_option: ExecutorOptionsOpt = None,
     ) -> None:
-        """Re-evaluate a shipped example's best version and compare with its recorded score."""
+        """Re-evaluate a shipped example's best version and compare with its recorded score.
+
+        The target's settings (a thread count, say) are the ones the run recorded at its start.
+        """
         from avo.colony import is_colony
         from avo.errors import AvoError
         from avo.examples import verify_example
