@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import zlib
+from collections.abc import Collection
 from pathlib import Path
 
 from avo.errors import AvoError
@@ -21,7 +22,12 @@ IDX_MAGIC = b"\xfftOc\x00\x00\x00\x02"  # a version-2 pack index: git has writte
 _KINDS = {1: "commit", 2: "tree", 3: "blob", 4: "tag"}
 _OFS_DELTA, _REF_DELTA = 6, 7
 MAX_OBJECT = 1 << 28  # larger objects (none in a run's record) are left to git's reader
-_MAX_CHAIN = 10_000  # git writes chains of at most 4095 deltas
+_MAX_CHAIN = 4095  # git writes chains of at most 4095 deltas (pack.depth)
+# What one read may cost here, over its whole delta chain: the bytes inflated and rebuilt
+# (memory and copies), and the delta bytes walked one instruction at a time in Python (git
+# walks them in C, ~100 times faster). A chain past either is left to git, as a large object is.
+_MAX_WORK = MAX_OBJECT
+_MAX_DELTA_BYTES = 1 << 18
 
 
 class TooHard(Exception):
@@ -65,6 +71,12 @@ def _index_count(fd: int, pack_fd: int) -> int | None:
     trailer = pread_exact(fd, 20, size - 40)
     pack_size = os.fstat(pack_fd).st_size
     pack_sum = pread_exact(pack_fd, 20, pack_size - 20) if pack_size >= 32 else None
+    # git opens a pack only if its header holds as many objects as its index lists
+    # ("claims to have N objects while index indicates M"); nor may avo count it then.
+    pack_head = pread_exact(pack_fd, 12, 0) if pack_size >= 32 else None
+    if pack_head is None or pack_head[:4] != b"PACK" or pack_head[4:8] not in (b"\0\0\0\x02", b"\0\0\0\x03") \
+            or int.from_bytes(pack_head[8:], "big") != count:
+        return None
     return count if trailer is not None and pack_sum == trailer else None
 
 
@@ -75,12 +87,18 @@ def _pairs(pack_dir: Path) -> list[str]:
         return []
 
 
-def packed_ids(pack_dir: Path) -> set[bytes]:
-    """The ids (20 raw bytes) the version-2 pack indexes in ``pack_dir`` list, counting only an
-    index whose pack is there and is the one it indexes (its checksum), as git counts them: an
-    index left without its pack (or planted beside another) lists objects git cannot read.
+_MAX_PACKS = 256  # git repacks past 50 (gc.autoPackLimit); a read here holds two descriptors per pack
+_TABLE_READ = 1 << 20  # id tables up to this size are read at once; larger ones searched, as git does
 
-    Reads only an index's header and id table, never a whole file of any size."""
+
+def packed_ids(pack_dir: Path, among: Collection[bytes] | None = None) -> set[bytes]:
+    """The ids (20 raw bytes) the version-2 pack indexes in ``pack_dir`` list (those of
+    ``among`` only, when given), counting only an index whose pack is there and is the one it
+    indexes (its checksum and object count), as git counts them: an index left without its
+    pack (or planted beside another) lists objects git cannot read.
+
+    Reads only an index's header and id table, never a whole file of any size: an index too
+    large to read at once (a sparse file costs no disk) is searched for each id of ``among``."""
     out: set[bytes] = set()
     for stem in _pairs(pack_dir):
         pack_fd = open_git_file(pack_dir / f"{stem}.pack")
@@ -92,6 +110,9 @@ def packed_ids(pack_dir: Path) -> set[bytes]:
                 continue
             try:
                 count = _index_count(fd, pack_fd)
+                if count is not None and among is not None and 20 * count > _TABLE_READ:
+                    out.update(raw for raw in among if _find(fd, count, raw) is not None)
+                    continue
                 table = pread_exact(fd, 20 * count, 8 + 1024) if count is not None else None
                 if table is not None:
                     out.update(table[i:i + 20] for i in range(0, len(table), 20))
@@ -111,13 +132,15 @@ def _find(fd: int, count: int, raw: bytes) -> int | None:
     lo, hi = int.from_bytes(bounds[:4], "big"), int.from_bytes(bounds[4:], "big")
     if not 0 <= lo <= hi <= count:
         return None
-    ids = pread_exact(fd, 20 * (hi - lo), 8 + 1024 + 20 * lo)
-    if ids is None:
-        return None
+    # A bucket of ordinary size is read at once; a larger one (a crafted fan-out puts every
+    # id of a sparse index in one) is searched an id at a time.
+    ids = pread_exact(fd, 20 * (hi - lo), 8 + 1024 + 20 * lo) if 20 * (hi - lo) <= _TABLE_READ else None
     a, b = 0, hi - lo
     while a < b:  # the ids are sorted
         mid = (a + b) // 2
-        got = ids[20 * mid:20 * mid + 20]
+        got = ids[20 * mid:20 * mid + 20] if ids is not None else pread_exact(fd, 20, 8 + 1024 + 20 * (lo + mid))
+        if got is None:
+            return None
         if got == raw:
             i = lo + mid
             small = pread_exact(fd, 4, 8 + 1024 + 24 * count + 4 * i)
@@ -245,15 +268,25 @@ def apply_delta(base: bytes, delta: bytes) -> bytes:
 
 
 def _resolve(packs: list[_Pack], pack: _Pack, offset: int) -> tuple[str, bytes]:
-    chain: list[bytes] = []
-    for _ in range(_MAX_CHAIN):
+    # The chain is walked by its headers first, nothing inflated: its cost (the bytes it
+    # would inflate and rebuild, the delta bytes walked in Python) is known before any is
+    # paid, and a chain that leads back to an entry (ref deltas on each other, which git's
+    # own reader loops on forever) or is longer than git writes is refused, never left to git.
+    steps: list[tuple[_Pack, int, int, int]] = []
+    seen: set[tuple[int, int]] = set()
+    work = deltas = 0
+    while True:
+        if (pack.fd, offset) in seen:
+            raise Damaged("a delta chain that leads back to itself")
+        if len(seen) > _MAX_CHAIN:
+            raise Damaged("a delta chain longer than git writes")
+        seen.add((pack.fd, offset))
         kind, size, base, start = pack.entry(offset)
-        data = pack.inflate(start, size)
+        work += size
+        deltas += size if kind not in _KINDS else 0
+        steps.append((pack, kind, size, start))
         if kind in _KINDS:
-            for delta in reversed(chain):
-                data = apply_delta(data, delta)
-            return _KINDS[kind], data
-        chain.append(data)
+            break
         if isinstance(base, int):
             offset = base
             continue
@@ -261,7 +294,17 @@ def _resolve(packs: list[_Pack], pack: _Pack, offset: int) -> tuple[str, bytes]:
         if found is None:
             raise TooHard("a delta whose base is in no pack")  # a thin pack: git may still know it
         pack, offset = found
-    raise TooHard("a delta chain longer than git writes")
+    if work > _MAX_WORK or deltas > _MAX_DELTA_BYTES:
+        raise TooHard("a delta chain costlier than this reader builds")
+    top, kind, size, start = steps[-1]
+    data = top.inflate(start, size)
+    for step, _kind, size, start in reversed(steps[:-1]):  # one delta in memory at a time
+        delta = step.inflate(start, size)
+        work += _varint(delta, _varint(delta, 0)[1])[0]  # the size it rebuilds
+        if work > _MAX_WORK:
+            raise TooHard("a delta chain costlier than this reader builds")
+        data = apply_delta(data, delta)
+    return _KINDS[kind], data
 
 
 def read_packed(objects: Path, sha: str) -> tuple[str, str, bytes] | None:
@@ -275,12 +318,19 @@ def read_packed(objects: Path, sha: str) -> tuple[str, str, bytes] | None:
     raw = bytes.fromhex(sha)
     pack_dir = objects / "pack"
     packs: list[_Pack] = []
+    stems = _pairs(pack_dir)
+    if len(stems) > _MAX_PACKS:  # planted by the thousand, they would exhaust the descriptors
+        raise TooHard("more packs than this reader opens at once")
     try:
-        for stem in _pairs(pack_dir):
+        for stem in stems:
             pack_fd = open_git_file(pack_dir / f"{stem}.pack")
             if pack_fd is None:
                 continue
-            fd = open_git_file(pack_dir / f"{stem}.idx")
+            try:
+                fd = open_git_file(pack_dir / f"{stem}.idx")
+            except AvoError:
+                os.close(pack_fd)  # not yet in packs, which the finally below closes
+                raise
             if fd is None:
                 os.close(pack_fd)
                 continue

@@ -341,7 +341,8 @@ def _index_files(index: Path) -> list[tuple[str, bytes, bytes]] | None:
     version, count = int.from_bytes(data[4:8], "big"), int.from_bytes(data[8:12], "big")
     if version not in (2, 3):
         return None
-    out, pos = [], 12
+    out: list[tuple[str, bytes, bytes]] = []
+    pos, last = 12, b""
     try:
         for _ in range(count):
             mode = int.from_bytes(data[pos + 24:pos + 28], "big")
@@ -356,6 +357,11 @@ def _index_files(index: Path) -> list[tuple[str, bytes, bytes]] | None:
             if (flags & 0xFFF) != 0xFFF and end - start != flags & 0xFFF:
                 return None
             path = data[start:end]
+            # Strictly sorted, no empty name: git add writes nothing else, and git write-tree
+            # refuses (or writes otherwise) a path out of order, twice or with an empty name.
+            if path <= last or path.startswith(b"/") or path.endswith(b"/") or b"//" in path:
+                return None
+            last = path
             pos += (end - pos + 8) & ~7  # entries are NUL-padded to a multiple of 8 bytes
             kind = mode >> 12
             octal = {0o10: f"{mode:o}", 0o12: _SYMLINK, 0o16: _GITLINK}.get(kind)
@@ -363,6 +369,10 @@ def _index_files(index: Path) -> list[tuple[str, bytes, bytes]] | None:
                 return None
             out.append((octal, sha, path))
     except ValueError:
+        return None
+    paths = {path for _m, _s, path in out}
+    # A file that is also a folder of another path ("a" and "a/b"): git write-tree refuses it.
+    if any(path[:i] in paths for path in paths for i in range(len(path)) if path[i] == 0x2F):
         return None
     return out
 
@@ -738,8 +748,13 @@ class Lineage:
 
     def _walk(self, tree: str, prefix: str = "") -> Iterator[tuple[str, str, str]]:
         """``(mode, sha, path)`` of every file (blob, link, gitlink) under ``tree``."""
+        seen: set[str] = set()
         for mode, kind, sha, name in self._entries(tree):
             check_entry_name(name, prefix)
+            if name in seen:  # git reads the first, a checkout writes both: two files under one name
+                raise CandidateError(f"the tree holds two entries named {name!r} under {prefix or 'its top'}: "
+                                     "git never writes such a tree, so it was crafted; it is not taken")
+            seen.add(name)
             if kind == "tree":
                 yield from self._walk(sha, f"{prefix}{name}/")
             else:
@@ -1029,7 +1044,7 @@ class Lineage:
         read (and avo's reader where avo reads it), while the record is read from the backup.
         """
         objects = self.git_dir / "objects"
-        packed = packed_ids(objects / "pack")
+        packed = packed_ids(objects / "pack", [bytes.fromhex(s) for s in shas if _is_sha(s)])
         listed: dict[str, dict[str, bool]] = {}
         missing = []
         for sha in shas:

@@ -98,6 +98,9 @@ class TargetResources(BaseModel):
     accelerator: str | None = Field(None, min_length=1, description="Accelerator kind, e.g. 'cuda' or 'H100'")
 
 
+_CODE_LOADING = ("LD_", "PYTHON")
+
+
 class TargetSpec(BaseModel):
     """What a target announces through ``avo_targets`` (or a ``target.yaml``)."""
 
@@ -146,6 +149,11 @@ class TargetSpec(BaseModel):
         for name in self.settings_env:
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
                 raise ValueError(f"settings_env names {name!r}, which is not an environment variable name")
+            # A setting reaches the trusted evaluator past the scrub of its environment: never
+            # one that loads code into it (LD_PRELOAD, LD_AUDIT, PYTHONPATH, PYTHONSTARTUP).
+            if name.upper().startswith(_CODE_LOADING):
+                raise ValueError(f"settings_env names {name}, which loads code into the evaluator: it is never "
+                                 "a setting")
         stray = sorted(set(self.settings or {}) - set(self.settings_env))
         if stray:
             raise ValueError(f"settings holds {', '.join(stray)}, which settings_env does not name")
