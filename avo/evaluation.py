@@ -134,9 +134,9 @@ def _launch(
         cwd = workdir or rt.scratch
         box = Sandbox(writable=tuple(p for p in (workdir, rt.scratch) if p is not None),
                       readable=(rt.copy_root,), hide=tuple(installed_package_dirs()),
-                      env={**env, **(spec.settings or {}), "AVO_LOG_DIR": str(logs)}, cwd=cwd)
+                      env={**(spec.settings or {}), **env, "AVO_LOG_DIR": str(logs)}, cwd=cwd)
         command, child_env = wrap(cmd, box, rt.sandbox)
-        child_env = pinned_settings(child_env, spec)
+        child_env = {**pinned_settings(child_env, spec), **env}  # avo's own variables are never a setting's
         outcome = run_child(command, cwd=cwd, timeout=timeout, limits=spec.limits, log_path=log_path,
                             env=child_env, pid_file=pid_file)
         _keep_logs(logs, log_path)

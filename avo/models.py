@@ -99,6 +99,7 @@ class TargetResources(BaseModel):
 
 
 _CODE_LOADING = ("LD_", "PYTHON")
+_AVO_OWN = frozenset({"AVO_QUICK", "AVO_SANDBOX", "AVO_LOG_DIR", "AVO_EVAL_SECRET"})  # what avo sets per evaluation
 
 
 class TargetSpec(BaseModel):
@@ -154,6 +155,8 @@ class TargetSpec(BaseModel):
             if name.upper().startswith(_CODE_LOADING):
                 raise ValueError(f"settings_env names {name}, which loads code into the evaluator: it is never "
                                  "a setting")
+            if name.upper() in _AVO_OWN:
+                raise ValueError(f"settings_env names {name}, which avo sets for every evaluation itself")
         stray = sorted(set(self.settings or {}) - set(self.settings_env))
         if stray:
             raise ValueError(f"settings holds {', '.join(stray)}, which settings_env does not name")

@@ -98,6 +98,8 @@ def test_a_setting_the_run_started_with_stays_when_the_shell_drops_it(dial: Path
 def test_settings_are_checked_where_they_are_declared() -> None:
     with pytest.raises(ValidationError, match="not an environment variable name"):
         TargetSpec(name="t", entrypoint="x.py", settings_env=["A=B"])
+    with pytest.raises(ValidationError, match="which avo sets for every evaluation itself"):
+        TargetSpec(name="t", entrypoint="x.py", settings_env=["AVO_QUICK"])  # a full run measured quick
     with pytest.raises(ValidationError, match="settings holds AVO_X, which settings_env does not name"):
         TargetSpec(name="t", entrypoint="x.py", settings={"AVO_X": "1"})
 
