@@ -572,6 +572,24 @@ def recent_records(paths: RunPaths, needles: tuple[bytes, ...], keep: Callable[[
     return out[::-1]
 
 
+def run_busy(paths: RunPaths) -> bool:
+    """Whether another avo command holds the run's lock now (a submit with its re-measurements, a revert).
+
+    Takes nothing: a shared lock is tried without waiting and let go at once.
+    """
+    try:
+        fd = open_regular(paths.lock, why="the run's lock file")
+    except (FileNotFoundError, NotRegularFile):
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
 @contextmanager
 def run_lock(paths: RunPaths, wait: bool = True) -> Iterator[None]:
     """Exclusive lock so two submits (or a submit and a revert) never interleave."""

@@ -144,6 +144,8 @@ def work_dirty(run: Run) -> bool | None:
 
 def status_dict(run: Run, dirty: bool | None) -> dict[str, Any]:
     """Where the run stands, as data (``avo status --json``)."""
+    from avo.state import run_busy
+
     s = run.state
     best, seed = s.best_version, s.seed_version
     return {
@@ -165,6 +167,7 @@ def status_dict(run: Run, dirty: bool | None) -> dict[str, Any]:
         "supervisor": {"due": s.supervisor.due, "reason": s.supervisor.reason,
                        "redirect_pending": s.supervisor.pending_redirect is not None},
         "work_dirty": dirty,
+        "busy": run_busy(run.paths),
         "quick": s.options.quick,
         "origin": s.origin,
         "usage": s.usage,
@@ -193,7 +196,11 @@ def status_lines(data: dict[str, Any]) -> list[str]:
         lines.append(f"  SUPERVISOR DUE: {sup['reason']}")
     elif sup["redirect_pending"]:
         lines.append("  a supervisor redirect is pending for the next step")
-    if data["work_dirty"]:
+    if data.get("busy"):
+        # A submit's confirmation takes minutes; "submit or revert them" would be wrong advice then.
+        lines.append("  an avo command is working on this run now (a submit and its re-measurements, or a revert); "
+                     "work/ is its candidate: wait for it to end")
+    elif data["work_dirty"]:
         lines.append("  work/ has uncommitted changes (submit or revert them)")
     return lines
 

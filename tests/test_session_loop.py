@@ -118,6 +118,34 @@ def test_nothing_to_submit_and_revert(toy: Path, runs_root: Path, core_plugins: 
     assert "X = 1.0" in (run.paths.work / "solution.py").read_text()
 
 
+def test_status_says_when_a_submit_holds_the_run(toy: Path, runs_root: Path, core_plugins: None) -> None:
+    """While another process holds the run (a submit re-measuring for minutes), status does not
+    tell the agent to submit or revert the candidate under evaluation."""
+    import sys
+
+    from avo.summaries import status_dict, status_lines, work_dirty
+
+    run = start_run(str(toy), runs_root)
+    set_constants(run.paths.work, x=9)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys\nfrom pathlib import Path\nfrom avo.state import RunPaths, run_lock\n"
+         "with run_lock(RunPaths(Path(sys.argv[1]))):\n    print('held', flush=True)\n    sys.stdin.read()\n",
+         str(run.paths.root)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        data = status_dict(run, work_dirty(run))
+        text = "\n".join(status_lines(data))
+        assert data["busy"] is True and data["work_dirty"] is True
+        assert "working on this run now" in text and "submit or revert" not in text
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    data = status_dict(run, work_dirty(run))
+    assert data["busy"] is False
+    assert "work/ has uncommitted changes (submit or revert them)" in "\n".join(status_lines(data))
+
+
 def test_step_budget_is_enforced(toy: Path, runs_root: Path, core_plugins: None) -> None:
     run = start_run(str(toy), runs_root, max_steps=1)
     set_constants(run.paths.work, x=4)
