@@ -53,6 +53,13 @@ def open_git_file(path: Path) -> int | None:
                        "away and run the command again") from None
 
 
+def object_id(kind: str, content: bytes | memoryview) -> str:
+    """The id git gives an object of ``kind`` with ``content`` (no repository, no copy)."""
+    h = hashlib.sha1(b"%s %d\0" % (kind.encode(), len(content)))
+    h.update(content)
+    return h.hexdigest()
+
+
 def pread_exact(fd: int, size: int, offset: int) -> bytes | None:
     data = os.pread(fd, size, offset)
     return data if len(data) == size else None
@@ -343,9 +350,7 @@ def read_packed(objects: Path, sha: str) -> tuple[str, str, bytes] | None:
             if offset is None:
                 continue
             kind, data = _resolve([p for p in packs if p.count >= 0], pack, offset)
-            h = hashlib.sha1(f"{kind} {len(data)}\0".encode())
-            h.update(data)
-            if h.hexdigest() != sha:
+            if object_id(kind, data) != sha:
                 raise Damaged(f"the packed object {sha[:12]} does not hash to its id")
             return sha, kind, data
         return None

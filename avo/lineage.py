@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import IO
 
 from avo.errors import AvoError
-from avo.git_packs import Damaged, TooHard, packed_ids, read_packed
+from avo.git_packs import Damaged, TooHard, object_id, packed_ids, read_packed
 from avo.regular_files import NotRegularFile, open_regular
 
 BRANCH = "main"
@@ -609,13 +609,6 @@ def _checked(sha: str, kind: str, data: bytes) -> tuple[str, str, bytes] | None:
     old name.
     """
     return (sha, kind, data) if object_id(kind, data) == sha else None
-
-
-def object_id(kind: str, content: bytes | memoryview) -> str:
-    """The id git gives an object of ``kind`` with ``content`` (no repository, no copy)."""
-    h = hashlib.sha1(b"%s %d\0" % (kind.encode(), len(content)))
-    h.update(content)
-    return h.hexdigest()
 
 
 def blob_id(content: bytes | memoryview) -> str:

@@ -21,6 +21,7 @@ from avo.errors import RecordError
 from avo.lineage import BRANCH, META_DIR, blob_id, commit_message, object_ids, read_commits, read_object, ref_of
 from avo.record_format import parse_trailers, scores_file, scores_line, terms, terms_digest
 from avo.state import RunPaths, RunState, Version, load_state, read_trajectory, trajectory_bytes
+from avo.terms_compare import terms_differences
 
 SCORES_FILE = f"{META_DIR}/scores.jsonl"
 _RETRIES, _PAUSE_S = 5, 0.2  # a submit between two writes is done in far less than that
@@ -129,8 +130,6 @@ def _terms_problems(paths: RunPaths, state: RunState) -> list[str]:
         return [problem]
     if recorded is None:
         return []
-    from avo.terms_compare import terms_differences
-
     return [f"run.json's {key} is {now!r}, but the run started with {then!r} (pinned by v0's commit)"
             for key, now, then in terms_differences(recorded, terms(state))[:8]]
 

@@ -34,6 +34,7 @@ from typing import Any
 
 from avo.chain import RECOVERED, acknowledged, line_hash, parse, split_lines
 from avo.state import RunPaths, RunState, Version, trajectory_bytes, write_json_atomic
+from avo.terms_compare import terms_differences
 
 FORMAT = 1
 _FIELDS = {"__all__": {"n", "sha", "tree", "scalar", "metrics", "message", "step", "time"}}
@@ -333,6 +334,4 @@ def _terms_agree(paths: RunPaths, state: RunState, fold: Fold, terms: Any, terms
     recorded = fold.start_terms
     if not isinstance(recorded, dict) or terms_digest(recorded) != pinned:
         return False
-    from avo.terms_compare import terms_differences
-
     return not terms_differences(recorded, terms(state))

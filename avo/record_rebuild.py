@@ -20,7 +20,7 @@ from avo.models import TargetSpec
 from avo.record_check import SCORES_FILE, started_terms, trajectory_findings
 from avo.record_format import parse_trailers, terms
 from avo.state import RunOptions, RunPaths, RunState, Version, append_trajectory, read_trajectory, save_state
-from avo.terms_compare import restored_terms
+from avo.terms_compare import restored_terms, terms_differences
 
 
 def _versions_from_backup(paths: RunPaths, state: RunState) -> list[Version]:
@@ -91,18 +91,10 @@ def _restore_terms(paths: RunPaths, state: RunState) -> list[str]:
     now = terms(state)
     fixed = restored_terms(recorded, now)
     notes = []
-    for part in ("target", "options", "configs", "hashes", "sandbox"):
-        if part not in now or part not in fixed:
-            continue
-        keys = set(now[part]) | set(fixed[part]) if isinstance(now[part], dict) else {""}
-        for key in sorted(keys):
-            before = now[part].get(key) if key else now[part]
-            after = fixed[part].get(key) if key else fixed[part]
-            if before != after:
-                shown = (f"{len(before)} files" if isinstance(before, dict) else repr(before),
-                         f"{len(after)} files" if isinstance(after, dict) else repr(after)) \
-                    if part == "hashes" else (repr(before), repr(after))
-                notes.append(f"{part}{'.' + key if key else ''} {shown[0]} -> {shown[1]} (the terms v0's commit pins)")
+    for where, before, after in terms_differences(fixed, now):
+        table = where.startswith("hashes")  # a table of file hashes: its size says enough
+        was, put = (f"{len(v)} files" if table and isinstance(v, dict) else repr(v) for v in (before, after))
+        notes.append(f"{where} {was} -> {put} (the terms v0's commit pins)")
     state.target = TargetSpec.model_validate(fixed["target"])
     state.options = RunOptions.model_validate({**fixed["options"], "max_steps": state.options.max_steps})
     state.configs = list(fixed["configs"])
