@@ -2,8 +2,9 @@
 
 Objects, trees, commits, refs and the copy into the private backup are written in-process
 (the loose-object writer under the default ``GitCmdObjectDB``; git's lock-file protocol for
-refs), and read through one persistent ``git cat-file --batch`` per repository; only what git
-alone does well runs as a process: ``git add -A`` (ignore rules, through a temporary index,
+refs); objects are read in-process too, loose or packed, each hashed to its id, and what that
+reader leaves to git goes through one persistent ``git cat-file --batch`` per repository
+(GitPython's). Only what git alone does well runs as a process: ``git add -A`` (ignore rules, through a temporary index,
 whose trees are then written in-process), ``git diff``, ``git reset --hard``. GitPython is imported on first use, so
 commands that never touch the lineage do not pay for it.
 
@@ -166,13 +167,15 @@ class _Answers:
 
 
 class _Objects:
-    """One repository's object store: reads through one persistent ``git cat-file --batch``
-    (GitPython's ``Git.get_object_data``), writes in-process into its loose objects."""
+    """One repository's object store: full ids read in-process where :func:`_read_here` can,
+    the rest through one persistent ``git cat-file --batch`` (GitPython's
+    ``Git.get_object_data``); writes in-process into its loose objects."""
 
     def __init__(self, git_dir: Path):
         from git.cmd import Git  # GitPython costs ~120 ms to import: only where the lineage is read
         from git.db import GitCmdObjectDB
 
+        self.git_dir = git_dir
         self.cmd = Git(str(git_dir))
         # Exactly this repository, no replacement objects, no borrowed stores, no locks taken.
         self.cmd.update_environment(
@@ -183,7 +186,18 @@ class _Objects:
         self.lock = threading.Lock()  # one request at a time on the reader's pipe (the MCP server's threads)
 
     def read(self, spec: str) -> tuple[str, str, bytes] | None:
-        """``(id, type, content)`` of the object ``spec`` names, or ``None``."""
+        """``(id, type, content)`` of the object ``spec`` names, or ``None``.
+
+        A full id is read in-process where this reader can (:func:`_read_here`); the rest
+        goes to git's."""
+        if _is_sha(spec):
+            decided, got = _read_here(self.git_dir, spec)
+            if decided:
+                return got
+        return self.read_git(spec)
+
+    def read_git(self, spec: str) -> tuple[str, str, bytes] | None:
+        """:meth:`read` through git's reader only."""
         if not spec or "\n" in spec:
             return None
         try:
@@ -194,9 +208,21 @@ class _Objects:
         return _checked(os.fsdecode(sha), os.fsdecode(kind), data)
 
     def read_many(self, specs: Sequence[str]) -> list[tuple[str, str, bytes] | None]:
-        """:meth:`read` for many specs, pipelined through the same reader (one round trip)."""
+        """:meth:`read` for many specs: full ids in-process where this reader can, the rest
+        pipelined through git's reader (one round trip)."""
+        here: dict[int, tuple[str, str, bytes] | None] = {}
+        for i, spec in enumerate(specs):
+            if _is_sha(spec):
+                decided, got = _read_here(self.git_dir, spec, packs=False)  # packed ones: one pipelined round trip
+                if decided:
+                    here[i] = got
+        rest = [i for i in range(len(specs)) if i not in here]
+        answers = iter(self._read_many_git([specs[i] for i in rest]) if rest else [])
+        return [here[i] if i in here else next(answers) for i in range(len(specs))]
+
+    def _read_many_git(self, specs: Sequence[str]) -> list[tuple[str, str, bytes] | None]:
         if len(specs) < 8:
-            return [self.read(s) for s in specs]
+            return [self.read_git(s) for s in specs]
         with self.lock:
             proc = self.cmd._get_persistent_cmd("cat_file_all", "cat_file", batch=True)
             stdin, stdout = proc.stdin, proc.stdout
@@ -445,19 +471,18 @@ def _put(store: _Objects, objects: Path, sha: str, kind: str, data: bytes) -> No
 
 def read_commits(git_dir: Path, tip: str) -> list[CommitInfo]:
     """The first-parent chain ending at ``tip`` in ``git_dir``, oldest first."""
-    store = _objects(git_dir)
     out: list[CommitInfo] = []
     spec: str | None = tip
     seen: set[str] = set()
     while spec:
         if len(out) == 64:  # a long chain: list it in one process, read it in one round trip
             ids = _git(git_dir, ["rev-list", "--first-parent", spec, "--"], readonly=True).decode().split()
-            for got in store.read_many(ids):
+            for got in _objects(git_dir).read_many(ids):
                 if got is None or got[1] != "commit":
                     break
                 out.append(_parse_commit(got[0], got[2]))
             break
-        got = store.read(spec)
+        got = read_any(git_dir, spec)
         if got is None or got[1] != "commit" or got[0] in seen:
             break
         seen.add(got[0])
@@ -478,45 +503,59 @@ def commit_message(git_dir: Path, sha: str) -> str | None:
 def read_any(git_dir: Path, spec: str) -> tuple[str, str, bytes] | None:
     """``(id, type, content)`` of the object ``spec`` names in ``git_dir``, or ``None``.
 
-    A full id stored loose (avo writes its objects loose) or in a pack (a run seeded from a
-    bundle) is read in-process and must hash to its id: read-only commands then pay neither
-    GitPython's import nor a `git cat-file`. An object that does not hash to its id is damaged
-    (or forged): ``None``, not git's copy.
+    A full id is read in-process (:func:`_read_here`), as is ``id:path``, walked object by
+    object: read-only commands then pay neither GitPython's import nor a `git cat-file`.
+    Only what this reader leaves to git goes to git's reader.
     """
-    import zlib
-
     if not _is_sha(spec):
         rev, sep, path = spec.partition(":")
         if sep and _is_sha(rev) and path:
             return _read_path(git_dir, rev, path)
-        return _objects(git_dir).read(spec)
+        return _objects(git_dir).read_git(spec)
+    decided, got = _read_here(git_dir, spec)
+    return got if decided else _objects(git_dir).read_git(spec)
+
+
+def _read_here(git_dir: Path, sha: str, *, packs: bool = True) -> tuple[bool, tuple[str, str, bytes] | None]:
+    """``(decided, object)``: the object ``sha`` (a full id) read in-process, loose (avo writes
+    its objects loose) or packed (a run seeded from a bundle), hashed to its id.
+
+    ``decided`` is False where git's reader must answer: no loose file and no pack holds it
+    here (an alternate store may), or a pack holds it in a form :mod:`avo.git_packs` leaves to
+    git (or, with ``packs`` False, any object not stored loose). An object that does not hash
+    to its id is damaged (or forged): ``(True, None)``, never git's copy of it.
+    """
+    import zlib
+
     try:
         # Never a link, a pipe or a device: /dev/zero would be read forever, a pipe waited on.
-        fd = open_regular(git_dir / "objects" / spec[:2] / spec[2:], follow_links=False)
-    except FileNotFoundError:  # packed (read here too), or not there: git knows
+        fd = open_regular(git_dir / "objects" / sha[:2] / sha[2:], follow_links=False)
+    except FileNotFoundError:
+        if not packs:
+            return False, None
         try:
-            packed = read_packed(git_dir / "objects", spec)
+            packed = read_packed(git_dir / "objects", sha)
         except Damaged:
-            return None
+            return True, None
         except TooHard:
-            packed = None
-        return packed if packed is not None else _objects(git_dir).read(spec)
+            return False, None
+        return packed is not None, packed
     except (OSError, NotRegularFile):
-        return None
+        return True, None
     with os.fdopen(fd, "rb") as fh:
         try:
             stored = fh.read()
         except OSError:
-            return None
+            return True, None
     try:
         raw = zlib.decompress(stored)
     except zlib.error:
-        return None
+        return True, None
     header, _, data = raw.partition(b"\0")
     kind, _, size = header.decode("ascii", "replace").partition(" ")
-    if hashlib.sha1(raw).hexdigest() != spec or size != str(len(data)):
-        return None
-    return spec, kind, data
+    if hashlib.sha1(raw).hexdigest() != sha or size != str(len(data)):
+        return True, None
+    return True, (sha, kind, data)
 
 
 def _read_path(git_dir: Path, rev: str, path: str) -> tuple[str, str, bytes] | None:
@@ -553,9 +592,8 @@ def _read_path(git_dir: Path, rev: str, path: str) -> tuple[str, str, bytes] | N
 def ref_of(git_dir: Path, ref: str) -> str | None:
     """The commit ``ref`` names in ``git_dir``, or ``None``."""
     sha = _resolve_ref(git_dir, ref) if ref == "HEAD" or ref.startswith("refs/") else ref
-    store = _objects(git_dir)
     for _ in range(5):  # peel annotated tags
-        got = store.read(sha) if sha else None
+        got = read_any(git_dir, sha) if sha else None
         if got is None:
             return None
         if got[1] == "commit":
@@ -663,13 +701,15 @@ class Lineage:
 
     def objects(self) -> _Objects:
         """The repository's store, after the same check as every git call (never a foreign .git)."""
-        foreign = foreign_git_dir(self.work)
-        if foreign:
-            self.git_bytes("--version")  # raises ForeignGitDir with the full explanation
+        self._refuse_foreign()
         return _objects(self.git_dir)
 
+    def _refuse_foreign(self) -> None:
+        if foreign_git_dir(self.work):
+            self.git_bytes("--version")  # raises ForeignGitDir with the full explanation
+
     def _read(self, spec: str, kind: str) -> bytes:
-        got = self.objects().read(spec)
+        got = read_any(self.git_dir, spec)
         if got is None or got[1] != kind:
             raise AvoError(f"git cannot read {kind} {spec} in {self.work}")
         return got[2]
@@ -799,7 +839,7 @@ class Lineage:
         """Raise unless ``commit``'s tree is exactly ``evaluated`` with ``rel`` set to ``content``."""
         tree = self.tree_of(commit)
         paths = sorted(self._changed(evaluated, tree))
-        got = self.objects().read(f"{tree}:{rel}")
+        got = read_any(self.git_dir, f"{tree}:{rel}")
         stored = got[0] if got else ""
         parent_dir = rel.rpartition("/")[0]
         # `.avo` as a file in the candidate is replaced by the folder that holds the scores.
@@ -879,7 +919,7 @@ class Lineage:
             spec = ref_of(self.git_dir, spec if spec == "HEAD" or spec.startswith("refs/") else f"refs/tags/{spec}") \
                 or spec
         for _ in range(5):
-            got = self.objects().read(spec)
+            got = read_any(self.git_dir, spec)
             if got is None:
                 break
             if got[1] == "tree":
@@ -899,7 +939,7 @@ class Lineage:
     # -- commits and tags -----------------------------------------------------------------
     def head(self) -> str | None:
         """The commit HEAD names, or ``None`` (no commit yet, or HEAD names no commit)."""
-        self.objects()
+        self._refuse_foreign()
         return ref_of(self.git_dir, "HEAD")
 
     def commit_tree(self, tree: str, parent: str | None, message: str) -> str:
