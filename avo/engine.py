@@ -396,6 +396,8 @@ def _regain_git_dir(run: Run, notes: list[str]) -> bool:
                      f"{aside.relative_to(paths.root)} and restored v0..v{len(state.versions) - 1} from avo's "
                      "private backup (the files in work/ are kept as the candidate)")
     if os.path.lexists(paths.work / ".git"):
+        if lineage.repair_head():
+            notes.append("work/.git/HEAD was not a file (a pipe?); it names the branch main again")
         return False
     if not lineage.restore_from(paths.backup):
         raise AvoError(
@@ -923,16 +925,16 @@ def _migrant_tree(lineage: Lineage, migrant: Migrant, limits: WorkLimits) -> str
         raise CandidateError(f"the donor's backup cannot be read: {str(exc).splitlines()[0]}") from None
 
 
-def _archive_late_edits(run: Run, step: int, measured: str, notes: list[str], since: str | None = None) -> None:
+def _archive_late_edits(run: Run, step: int, measured: str, notes: list[str], since: str | None = None) -> bool:
     """Archive in rejected/ how work/ differs from ``measured`` (edits made while a candidate was
-    evaluated), before a reset replaces work/.
+    evaluated), before a reset replaces work/; whether nothing was written since ``since``.
 
     ``since``: work/'s :meth:`~avo.lineage.Lineage.work_signature` from before ``measured`` was
     snapshotted; unchanged, nothing was written since, and the second snapshot is skipped.
     """
     lineage, paths = run.lineage, run.paths
     if since is not None and lineage.work_signature() == since:
-        return
+        return True
     measured = lineage.tree_of(measured)
     late_tree = lineage.snapshot_tree()
     late = lineage.diff(measured, late_tree) if late_tree != measured else ""
@@ -942,6 +944,7 @@ def _archive_late_edits(run: Run, step: int, measured: str, notes: list[str], si
                              f"evaluated (not part of it)\n" + late, encoding="utf-8")
         notes.append(f"work/ was edited during the evaluation; those edits are in "
                      f"{late_path.relative_to(paths.root)}")
+    return False
 
 
 def submit(
@@ -978,7 +981,10 @@ def submit(
         check_work_limits(paths.work, state.target.work_limits)
         # Taken before the snapshot: any edit from here on changes it (see _archive_late_edits).
         signature = lineage.work_signature() if migrant is None else None
-        tree = lineage.snapshot_tree() if migrant is None else _migrant_tree(lineage, migrant, state.target.work_limits)
+        # The index the snapshot fills is kept (under the lock, one submit at a time) for a reset.
+        kept = paths.private / f"index-snapshot-{secrets.token_hex(8)}"
+        tree = (lineage.snapshot_tree(kept) if migrant is None
+                else _migrant_tree(lineage, migrant, state.target.work_limits))
         diff = lineage.diff(best.sha, tree)
         if not diff.strip():
             raise AvoError(f"nothing to submit: work/ is identical to the best version v{best.n}. "
@@ -1094,9 +1100,9 @@ def submit(
                 os.fsync(fh.fileno())
             record["diff"] = str(diff_path.relative_to(paths.root))
             # Edits made to work/ while the candidate was being measured are not part of it,
-            # and the reset below would destroy them: archive them too.
-            _archive_late_edits(run, step, tree if migrant is None else best.sha, notes,  # a migrant left work/ alone
-                                since=signature)
+            # and the reset below would destroy them: archive them too (a migrant left work/ alone).
+            unchanged = _archive_late_edits(run, step, tree if migrant is None else best.sha, notes,
+                                            since=signature)
             write_json_atomic(paths.journal, json.dumps(
                 {"kind": "reject", "step": step, "record": record, "diff_path": str(diff_path)}))
             state.failures_in_row = state.failures_in_row + 1 if outcome == "failed" else 0
@@ -1104,9 +1110,11 @@ def submit(
             _update_supervisor(state, fingerprint, outcome)
             state.rejected_fingerprints.setdefault(fingerprint, step)
             save_state(paths, state)  # the commit point
-            lineage.reset_hard(best.sha)  # tags stay as recover() left them
+            # Tags stay as recover() left them; work/ untouched since the snapshot: reset from its index.
+            lineage.reset_hard(best.sha, (tree, kept) if unchanged and migrant is None else None)
             append_trajectory(paths, record)
             paths.journal.unlink(missing_ok=True)
+        kept.unlink(missing_ok=True)
         if state.supervisor.due:
             append_trajectory(paths, {"kind": "supervisor_due", "step": step, "reason": state.supervisor.reason})
         return SubmitOutcome(step, outcome, evaluation, version, state.best_version, reason, diff_path,

@@ -30,27 +30,33 @@ if TYPE_CHECKING:
 RUNTIME_KEY = "runtime"
 
 
-def _site_dirs() -> list[Path]:
-    dirs = {Path(p) for p in site.getsitepackages() if Path(p).is_dir()}
-    return sorted(dirs)
+def _site_dirs() -> list[str]:
+    return sorted({p for p in site.getsitepackages() if os.path.isdir(p)})
+
+
+def _sha256_of(path: str) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()
 
 
 def startup_files() -> dict[str, str]:
-    """``{name: sha256}`` of what every interpreter start runs: ``.pth`` files, ``sitecustomize``."""
+    """``{name: sha256}`` of what every interpreter start runs: ``.pth`` files, ``sitecustomize``.
+
+    Taken twice per evaluation, so on strings and one listing per folder, not a ``Path`` per
+    entry (a site-packages folder holds hundreds)."""
     out: dict[str, str] = {}
     for folder in _site_dirs():
-        # Filter the names before sorting: a site-packages folder holds hundreds of entries.
         names = sorted(n for n in os.listdir(folder)
                        if n.endswith(".pth") or n in ("sitecustomize.py", "usercustomize.py"))
         for name in names:
             try:
-                out[f"site:{name}"] = hashlib.sha256((folder / name).read_bytes()).hexdigest()
+                out[f"site:{name}"] = _sha256_of(os.path.join(folder, name))
             except OSError:
                 continue
-    for folder in map(Path, sys.path):
+    for folder in sys.path:
         for name in ("sitecustomize.py", "usercustomize.py"):
-            p = folder / name
-            if p.is_file():
+            if os.path.isfile(os.path.join(folder, name)):
+                p = Path(folder) / name
                 out[f"path:{p}"] = hashlib.sha256(p.read_bytes()).hexdigest()
     return out
 

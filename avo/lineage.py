@@ -4,8 +4,10 @@ Objects, trees, commits, refs and the copy into the private backup are written i
 (the loose-object writer under the default ``GitCmdObjectDB``; git's lock-file protocol for
 refs); objects are read in-process too, loose or packed, each hashed to its id, and what that
 reader leaves to git goes through one persistent ``git cat-file --batch`` per repository
-(GitPython's). Only what git alone does well runs as a process: ``git add -A`` (ignore rules, through a temporary index,
-whose trees are then written in-process), ``git diff``, ``git reset --hard``. GitPython is imported on first use, so
+(GitPython's). Only what git alone does well runs as a process: ``git add -A`` (ignore
+rules, through a temporary index, whose trees are then written in-process), ``git diff``, and
+the reset after a rejection (``git read-tree --reset -u`` from the snapshot's own index, or
+``reset --hard`` and ``clean``). GitPython is imported on first use, so
 commands that never touch the lineage do not pay for it.
 
 avo snapshots a candidate as a git *tree* (through a temporary index of its own, so neither
@@ -20,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import shutil
 import stat
 import subprocess
 import tempfile
@@ -126,6 +129,48 @@ def foreign_git_dir(work: Path) -> str | None:
         if (git_dir / sub).is_symlink():
             return f"work/.git/{sub} is a symlink to {os.readlink(git_dir / sub)!r}"
     return None
+
+
+_GIT_READS = (".gitignore", ".gitattributes")  # what git opens in every folder of the work tree
+
+
+def refuse_waiting_files(work: Path, *, tree: bool = False) -> None:
+    """Raise unless what git opens in ``work/.git`` (its top, ``info/``, ``objects/info/``)
+    and, with ``tree``, every ``.gitignore`` and ``.gitattributes`` under ``work`` is a regular
+    file or absent: git opens them blocking, so a pipe there (a same-user agent's ``mkfifo``)
+    kept ``git add``, and with it ``avo submit`` and ``avo status``, waiting for good."""
+    git_dir = work / ".git"
+    for folder in (git_dir, git_dir / "info", git_dir / "objects" / "info"):
+        try:
+            with os.scandir(folder) as it:
+                entries = [e for e in it if not e.is_dir()]  # follows links, as git does
+        except OSError:
+            continue
+        for entry in entries:
+            _refuse_waiting(entry.path, entry)
+    if not tree:
+        return
+    for root, dirs, files in os.walk(work):
+        if root == str(work):
+            dirs[:] = [d for d in dirs if d != ".git"]
+        for name in _GIT_READS:
+            if name in files or name in dirs:
+                path = os.path.join(root, name)
+                try:
+                    st = os.stat(path)
+                except OSError:
+                    continue  # a dangling link: git reads nothing there
+                _refuse_waiting(path, st)
+
+
+def _refuse_waiting(path: str, entry: os.DirEntry[str] | os.stat_result) -> None:
+    try:
+        mode = entry.stat().st_mode if isinstance(entry, os.DirEntry) else entry.st_mode
+    except OSError:
+        return
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        raise AvoError(f"{path} is not a regular file (a pipe, a device or a socket): git would wait on it "
+                       "for good. Remove it and run the command again.")
 
 
 class _Answers:
@@ -359,8 +404,9 @@ def _index_files(index: Path) -> list[tuple[str, bytes, bytes]] | None:
     anything else (a conflict, an intent-to-add or sparse entry, another version, a damaged
     file), which ``git write-tree`` then handles or refuses as it always has."""
     try:
-        data = index.read_bytes()
-    except OSError:
+        with os.fdopen(open_regular(index, follow_links=False), "rb") as fh:
+            data = fh.read()
+    except (OSError, NotRegularFile):
         return None
     if len(data) < 32 or data[:4] != b"DIRC" or hashlib.sha1(data[:-20]).digest() != data[-20:]:
         return None
@@ -415,10 +461,7 @@ def _resolve_ref(git_dir: Path, ref: str, depth: int = 0) -> str | None:
     """The id a ref (``HEAD``, ``refs/...``) holds, read in-process (loose, then packed-refs)."""
     if depth > 5 or ".." in ref.split("/"):
         return None
-    try:
-        value = (git_dir / ref).read_text().strip()
-    except (OSError, UnicodeDecodeError):
-        value = ""
+    value = _small_file(git_dir / ref)
     if value.startswith("ref: "):
         return _resolve_ref(git_dir, value[5:].strip(), depth + 1)
     if value:
@@ -426,11 +469,18 @@ def _resolve_ref(git_dir: Path, ref: str, depth: int = 0) -> str | None:
     return _packed_refs(git_dir).get(ref)
 
 
-def _packed_refs(git_dir: Path) -> dict[str, str]:
+def _small_file(path: Path) -> str:
+    """A ref file's text, stripped; ``""`` if it is missing, unreadable or not a regular file
+    (a pipe there would keep a plain ``open`` waiting for good)."""
     try:
-        raw = (git_dir / "packed-refs").read_text()
-    except (OSError, UnicodeDecodeError):
-        return {}
+        with os.fdopen(open_regular(path), "rb") as fh:
+            return fh.read().decode().strip()
+    except (OSError, NotRegularFile, UnicodeDecodeError):
+        return ""
+
+
+def _packed_refs(git_dir: Path) -> dict[str, str]:
+    raw = _small_file(git_dir / "packed-refs")
     out = {}
     for line in raw.splitlines():
         sha, _, name = line.partition(" ")
@@ -692,6 +742,7 @@ class Lineage:
             raise ForeignGitDir(f"{foreign}; avo will not run git through it. The next avo command that "
                                 "changes the run (eval, submit, revert, recover) moves it aside and "
                                 "restores the lineage from avo's private backup.")
+        refuse_waiting_files(self.work)
         return _git(self.work / ".git", args, work=self.work, index=index, stdin=stdin, check=check,
                     readonly=readonly)
 
@@ -740,22 +791,26 @@ class Lineage:
             index.unlink(missing_ok=True)
             index.with_name(index.name + ".lock").unlink(missing_ok=True)
 
-    def snapshot_tree(self) -> str:
+    def snapshot_tree(self, keep_index: Path | None = None) -> str:
         """The tree of the work tree as ``git add -A`` would commit it (a temporary index).
 
         The index is filled from HEAD in-process; ``git add -A`` (ignore rules, the work
         tree's files) runs as a process, and the trees of the index it leaves are written
-        in-process (one process fewer per submit than ``git write-tree``).
+        in-process (one process fewer per submit than ``git write-tree``). ``keep_index``:
+        where to leave that index (its files' stat data), for :meth:`reset_hard`.
         """
+        refuse_waiting_files(self.work, tree=True)
         head = self.head()
         with self._temp_index() as index:
             if head is not None:
                 self._write_index(index, self.tree_of(head))
             self.git("add", "-A", "--", ".", index=index)
             files = _index_files(index)
-            if files is None:  # an index git wrote in a form this reader leaves to git
-                return self.git("write-tree", index=index).strip()
-            return self._tree_of_files(files)
+            # An index git wrote in a form this reader leaves to git: git writes its trees.
+            tree = self._tree_of_files(files) if files is not None else self.git("write-tree", index=index).strip()
+            if keep_index is not None:
+                os.replace(index, keep_index)
+            return tree
 
     def _tree_of_files(self, files: Sequence[tuple[str, bytes, bytes]]) -> str:
         """Write the trees of ``(mode, sha, path)`` files, sorted by path as in an index, as
@@ -954,10 +1009,27 @@ class Lineage:
 
     def _on_branch(self) -> None:
         # An agent may have checked out a tag or another branch; the lineage is `main`.
-        head = (self.work / ".git" / "HEAD").read_text().strip() if (self.work / ".git" / "HEAD").is_file() else ""
+        head = _small_file(self.work / ".git" / "HEAD")
         if head != f"ref: refs/heads/{BRANCH}":
             self.objects()
             _write_file_atomic(self.git_dir / "HEAD", f"ref: refs/heads/{BRANCH}\n".encode())
+
+    def repair_head(self) -> bool:
+        """Point HEAD at the lineage's branch again if it is not a regular file (a pipe every
+        git process would wait on, a folder); whether it had to."""
+        head = self.git_dir / "HEAD"
+        try:
+            if stat.S_ISREG(os.stat(head).st_mode):
+                return False
+        except FileNotFoundError:
+            if not os.path.lexists(head):
+                return False  # no HEAD at all: git says the repository is broken
+        if os.path.isdir(head) and not os.path.islink(head):
+            shutil.rmtree(head)
+        else:
+            os.unlink(head)
+        _write_file_atomic(head, f"ref: refs/heads/{BRANCH}\n".encode())
+        return True
 
     def set_ref(self, ref: str, sha: str) -> None:
         """Point ``ref`` (``refs/heads/...``, ``refs/tags/...``) at the commit ``sha``, in-process."""
@@ -975,11 +1047,46 @@ class Lineage:
             self._write_index(index, self.tree_of(sha))
             os.replace(index, self.work / ".git" / "index")
 
-    def reset_hard(self, sha: str) -> None:
-        """Make the work tree exactly ``sha`` (ignored files are kept)."""
+    def reset_hard(self, sha: str, snapshot: tuple[str, Path] | None = None) -> None:
+        """Make the work tree exactly ``sha`` (ignored files are kept).
+
+        ``snapshot``: ``(tree, index)``, what :meth:`snapshot_tree` returned and the index it
+        kept, when work/ holds exactly that tree still (nothing written since). Then one
+        ``git read-tree --reset -u`` from that index does what ``reset --hard`` and ``clean``
+        do: every file of the index that ``sha`` lacks (every file work/ holds that the
+        ignore rules do not cover) is removed, every other file made ``sha``'s. Only while
+        the candidate's ``.gitignore`` files are ``sha``'s: otherwise what a clean removes is
+        decided by other rules, and both processes run. Empty folders stay (git tracks none).
+        """
         self._on_branch()
+        if snapshot is not None and self._reset_from(sha, *snapshot):
+            return
         self.git("reset", "-q", "--hard", sha)
         self.git("clean", "-q", "-fd")
+
+    def _reset_from(self, sha: str, candidate: str, index: Path) -> bool:
+        target = self.tree_of(sha)
+        try:
+            ours, theirs = list(self._walk(candidate)), list(self._walk(target))
+        except CandidateError:  # a crafted tree (two entries under one name): git's own reset
+            return False
+        if any(mode == _GITLINK for mode, _, _ in ours):
+            return False
+        # The index lived through the evaluation: used only while it still holds exactly the
+        # candidate (an index rewritten meanwhile would have git delete what it names).
+        held = _index_files(index)
+        if held is None or {os.fsdecode(p): (m, s.hex()) for m, s, p in held} != {p: (m, s) for m, s, p in ours}:
+            return False
+
+        def rules(files: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+            return sorted(f for f in files if f[2].rpartition("/")[2] == ".gitignore")
+
+        if rules(ours) != rules(theirs):
+            return False
+        self.git("read-tree", "--reset", "-u", target, index=index)
+        self.set_ref(f"refs/heads/{BRANCH}", sha)
+        os.replace(index, self.work / ".git" / "index")
+        return True
 
     def set_tags(self, wanted: dict[str, str]) -> list[str]:
         """Make ``vN`` tags exactly ``wanted``; return what had to be repaired."""
@@ -1145,6 +1252,7 @@ class Lineage:
             self.git_bytes("--version")  # raises ForeignGitDir with the full explanation
         # A snapshot starts from work/.git's HEAD: a file the agent committed there stays in it
         # even when an ignore rule covers it, so compare with HEAD when it was moved off best.
+        refuse_waiting_files(self.work, tree=True)
         head = _resolve_ref(self.git_dir, "HEAD")
         base = head if head is not None and head != best else best
         with tempfile.TemporaryDirectory(prefix="avo-status-") as tmp, \

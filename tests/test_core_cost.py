@@ -66,9 +66,10 @@ def test_git_processes_per_submit(toy: Path, runs_root: Path, core_plugins: None
     assert [c.split()[0] for c in commands] == ["add", "diff"], calls1
     assert len(calls3) == 2
     # A rejected step resets work/; it snapshots again only if work/ was written during the
-    # evaluation (edits made meanwhile are archived first), which nothing did here.
+    # evaluation (edits made meanwhile are archived first), which nothing did here, so the
+    # reset is one `read-tree -u` from the snapshot's index, not `reset --hard` and `clean`.
     assert [c.split(" -c ")[-1].split(" ", 1)[-1].split()[0] for c in calls2] == [
-        "add", "diff", "reset", "clean"], calls2
+        "add", "diff", "read-tree"], calls2
     assert max(len(calls2), len(calls3)) <= 4  # the bound: 4 git processes per submit
 
 

@@ -565,3 +565,53 @@ def test_stale_pid_file_never_kills_an_unrelated_process(toy: Path, runs_root: P
         for proc in procs:
             proc.kill()
             proc.wait()
+
+
+def _work_files(work: Path) -> dict[str, tuple[bytes, bool]]:
+    out = {}
+    for p in sorted(work.rglob("*")):
+        rel = p.relative_to(work).as_posix()
+        if rel == ".git" or rel.startswith(".git/") or not p.is_file():
+            continue
+        out[rel] = (p.read_bytes(), os.access(p, os.X_OK))
+    return out
+
+
+@pytest.mark.parametrize("rules_changed", [False, True], ids=["same-ignore-rules", "candidate-changes-gitignore"])
+def test_a_rejected_candidate_leaves_work_exactly_the_best_version(
+        toy: Path, runs_root: Path, core_plugins: None, rules_changed: bool) -> None:
+    # The reset after a rejection runs `git read-tree --reset -u` from the snapshot's own index
+    # when work/ is untouched since and the ignore rules are the best version's, else
+    # `reset --hard` and `clean`: either way work/ is the best version again, ignored files kept.
+    run = start_run(str(toy), runs_root, sandbox="none")
+    work = run.paths.work
+    (work / ".gitignore").write_text("*.log\n")
+    (work / "lib").mkdir()
+    (work / "lib" / "helper.py").write_text("HELP = 1\n")
+    (work / "tool.sh").write_text("#!/bin/sh\necho tool\n")
+    (work / "tool.sh").chmod(0o755)
+    set_constants(work, x=5.0)
+    assert submit(run, "better, with a helper and a tool").outcome == "accepted"
+    best = _work_files(work)
+
+    set_constants(work, x=1.0)
+    (work / "lib" / "helper.py").unlink()
+    (work / "new" / "deep").mkdir(parents=True)
+    (work / "new" / "deep" / "file.txt").write_text("added\n")
+    (work / "tool.sh").chmod(0o644)
+    (work / "run.log").write_text("ignored output\n")
+    if rules_changed:
+        (work / ".gitignore").write_text("*.log\n*.tmp\n")
+    out = submit(run, "worse, and untidy")
+    assert out.outcome == "rejected"
+    now = _work_files(work)
+    assert now.pop("run.log") == (b"ignored output\n", False)  # ignored: kept
+    assert now == best
+    assert not (work / "new").exists()
+    status = subprocess.run(["git", "-C", str(work), "status", "--porcelain"], capture_output=True, text=True,
+                            check=True)
+    assert status.stdout == ""  # index and HEAD are the best version too
+    assert not list(run.paths.private.glob("index-snapshot-*"))
+    # The next candidate is snapshotted from that state like any other.
+    set_constants(work, x=6.0)
+    assert submit(run, "better again").outcome == "accepted"

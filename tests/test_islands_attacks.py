@@ -152,7 +152,7 @@ def test_a_forged_donor_tree_cannot_write_outside_the_receivers_evaluation(
     set_constants(one.paths.work, x=4.0)
     tree = _crafted_tree(one.paths.work, escape)
     with monkeypatch.context() as m:
-        m.setattr(Lineage, "snapshot_tree", lambda self: tree)
+        m.setattr(Lineage, "snapshot_tree", lambda self, keep_index=None: tree)
         m.setattr(Lineage, "move_branch", lambda self, sha: self.set_ref("refs/heads/main", sha))
         m.setattr("avo.lineage.check_entry_name", lambda name, where: None, raising=False)
         try:

@@ -1,0 +1,84 @@
+"""Red team of session 6's changes (every lineage read in-process, the reset from the snapshot's
+index): each test is a hostile action by a same-user agent on a real run, and what avo must
+do about it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from avo.engine import start_run
+
+ENV = {**os.environ, "AVO_DISABLE_PLUGIN_AUTOLOAD": "1"}
+
+
+def _avo(*args: str) -> subprocess.CompletedProcess[str] | None:
+    """``avo ARGS`` as a process; ``None`` if it was still waiting after two minutes (its
+    process group, git children included, is killed then)."""
+    proc = subprocess.Popen([sys.executable, "-m", "avo", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=ENV, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+# -- a pipe where work/.git keeps a ref ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ref", ["HEAD", "refs/heads/main", "refs/tags/v0"])
+def test_a_pipe_where_a_ref_should_be_does_not_hang_a_submit(
+        toy: Path, runs_root: Path, core_plugins: None, ref: str) -> None:
+    # avo reads refs in-process; a plain open of a FIFO waits for a writer that never comes,
+    # so `avo submit` (and every later command of the run) hung for good.
+    run = start_run(str(toy), runs_root, sandbox="none")
+    where = run.paths.work / ".git" / ref
+    where.unlink(missing_ok=True)
+    os.mkfifo(where)
+    solution = run.paths.work / "solution.py"
+    solution.write_text(solution.read_text().replace("X = ", "X = 5.0 or "))
+    proc = _avo("submit", "-m", "X to 5", "--run", str(run.paths.root))
+    if proc is None:
+        pytest.fail(f"avo submit waited on the pipe at work/.git/{ref}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "ACCEPTED" in proc.stdout
+    status = _avo("status", "--run", str(run.paths.root))
+    assert status is not None and status.returncode == 0, status
+
+
+@pytest.mark.parametrize("where", [".gitignore", "lib/.gitattributes", ".git/config", ".git/info/exclude",
+                                   ".git/objects/info/alternates", ".git/packed-refs"])
+def test_a_pipe_where_git_reads_a_file_is_named_not_waited_on(
+        toy: Path, runs_root: Path, core_plugins: None, where: str) -> None:
+    # git opens these blocking: with a FIFO there, `git add -A` (every submit's snapshot) and
+    # `git status` (`avo status`) waited for good. avo names the file instead, and nothing is
+    # recorded; removed, the submit goes through.
+    run = start_run(str(toy), runs_root, sandbox="none")
+    path = run.paths.work / where
+    path.parent.mkdir(parents=True, exist_ok=True)
+    saved = path.read_bytes() if path.is_file() else None
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+    solution = run.paths.work / "solution.py"
+    solution.write_text(solution.read_text().replace("X = ", "X = 5.0 or "))
+    for command in (["submit", "-m", "X to 5"], ["status"]):
+        proc = _avo(*command, "--run", str(run.paths.root))
+        if proc is None:
+            pytest.fail(f"avo {command[0]} waited on the pipe at work/{where}")
+        said = proc.stdout + proc.stderr
+        if command[0] == "submit":  # `avo status` only has to answer (its dirty check may not ask git)
+            assert proc.returncode != 0 and where.rpartition("/")[2] in said and "not a regular file" in said, said
+    assert len(json.loads(run.paths.run_json.read_text())["versions"]) == 1
+    path.unlink()
+    if saved is not None:
+        path.write_bytes(saved)
+    proc = _avo("submit", "-m", "X to 5", "--run", str(run.paths.root))
+    assert proc is not None and proc.returncode == 0 and "ACCEPTED" in proc.stdout, proc
