@@ -82,3 +82,39 @@ def test_a_pipe_where_git_reads_a_file_is_named_not_waited_on(
         path.write_bytes(saved)
     proc = _avo("submit", "-m", "X to 5", "--run", str(run.paths.root))
     assert proc is not None and proc.returncode == 0 and "ACCEPTED" in proc.stdout, proc
+
+
+# -- a pipe where git looks for packs or a commit-graph ------------------------------------------------
+
+_PACK = "objects/pack/pack-" + "1" * 40
+
+
+@pytest.mark.parametrize("where", [f"{_PACK}.idx", "objects/pack/multi-pack-index",
+                                   "objects/info/commit-graphs/commit-graph-chain"])
+def test_a_pipe_where_git_looks_objects_up_is_named_not_waited_on(
+        toy: Path, runs_root: Path, core_plugins: None, where: str) -> None:
+    # Every git process that looks an object up (`git add -A` writing a blob, `git diff`,
+    # `git reset`) opens the pack indexes beside their packs, the multi-pack-index and the
+    # commit-graph chain, blocking: with a FIFO at one of them `avo status` (and, for the
+    # commit-graph chain, `avo submit` and `avo revert`) waited for good.
+    run = start_run(str(toy), runs_root, sandbox="none")
+    git_dir = run.paths.work / ".git"
+    (git_dir / where).parent.mkdir(parents=True, exist_ok=True)
+    if where.startswith(_PACK):
+        (git_dir / f"{_PACK}.pack").write_bytes(b"")  # git counts an index only beside a pack file
+    os.mkfifo(git_dir / where)
+    solution = run.paths.work / "solution.py"
+    solution.write_text(solution.read_text().replace("X = ", "X = 5.0 or "))
+    for command in (["status"], ["submit", "-m", "X to 5"], ["revert"]):
+        proc = _avo(*command, "--run", str(run.paths.root))
+        if proc is None:
+            pytest.fail(f"avo {command[0]} waited on the pipe at work/.git/{where}")
+        said = proc.stdout + proc.stderr
+        assert "Traceback" not in said, said
+        if command[0] != "status":
+            assert proc.returncode != 0 and where.rpartition("/")[2] in said and "not a regular file" in said, said
+    assert len(json.loads(run.paths.run_json.read_text())["versions"]) == 1
+    assert "5.0 or" in solution.read_text()  # the refused revert kept the agent's edit
+    (git_dir / where).unlink()
+    proc = _avo("submit", "-m", "X to 5", "--run", str(run.paths.root))
+    assert proc is not None and proc.returncode == 0 and "ACCEPTED" in proc.stdout, proc
