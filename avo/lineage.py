@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import IO
 
 from avo.errors import AvoError
-from avo.git_packs import Damaged, TooHard, object_id, packed_ids, read_packed
+from avo.git_packs import MAX_OBJECT, Damaged, TooHard, object_id, packed_ids, read_packed
 from avo.regular_files import NotRegularFile, open_regular
 
 BRANCH = "main"
@@ -597,18 +597,39 @@ def _read_here(git_dir: Path, sha: str, *, packs: bool = True) -> tuple[bool, tu
         return True, None
     with os.fdopen(fd, "rb") as fh:
         try:
-            stored = fh.read()
-        except OSError:
+            raw = _inflate_loose(fh)
+        except (OSError, zlib.error):
             return True, None
-    try:
-        raw = zlib.decompress(stored)
-    except zlib.error:
-        return True, None
+    if raw is None:
+        return False, None  # larger than any object in a run's record: git's reader, as for a pack
     header, _, data = raw.partition(b"\0")
     kind, _, size = header.decode("ascii", "replace").partition(" ")
     if hashlib.sha1(raw).hexdigest() != sha or size != str(len(data)):
         return True, None
     return True, (sha, kind, data)
+
+
+def _inflate_loose(fh: IO[bytes]) -> bytes | None:
+    """A loose object's ``<kind> <size>\\0<content>``, inflated to one byte past the size its
+    header gives (more is damage, for the hash to refuse), never to the end of what the file
+    would inflate to (the agent's zip bomb under a version's id, or a sparse file); ``None``
+    for a header giving more than :data:`~avo.git_packs.MAX_OBJECT`."""
+    import zlib
+
+    unzip, raw, want = zlib.decompressobj(), bytearray(), 64  # the header first: "<kind> <size>\0"
+    sized = False
+    while len(raw) < want and not unzip.eof:
+        data = unzip.unconsumed_tail or fh.read(1 << 16)
+        got = unzip.decompress(data, want - len(raw))
+        if not data and not got:
+            break  # truncated: the hash refuses it
+        raw += got
+        if not sized and (nul := raw.find(b"\0")) >= 0:
+            size = bytes(raw[:nul]).partition(b" ")[2]
+            if size.isdigit() and int(size) > MAX_OBJECT:
+                return None
+            sized, want = True, nul + 2 + (int(size) if size.isdigit() else 0)
+    return bytes(raw)
 
 
 def _read_path(git_dir: Path, rev: str, path: str) -> tuple[str, str, bytes] | None:

@@ -118,3 +118,57 @@ def test_a_pipe_where_git_looks_objects_up_is_named_not_waited_on(
     (git_dir / where).unlink()
     proc = _avo("submit", "-m", "X to 5", "--run", str(run.paths.root))
     assert proc is not None and proc.returncode == 0 and "ACCEPTED" in proc.stdout, proc
+
+
+# -- a loose object that inflates without end ----------------------------------------------------------
+
+
+def _avo_in(limit: int, *args: str) -> subprocess.CompletedProcess[str] | None:
+    """:func:`_avo` with its address space capped at ``limit`` bytes (a machine's memory, made
+    small: the test must not take this machine's)."""
+    import resource
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    proc = subprocess.Popen([sys.executable, "-m", "avo", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=ENV, start_new_session=True, preexec_fn=cap)
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_a_loose_object_that_inflates_without_end_is_not_read_to_its_end(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # Every command reads the best version's commit loose, in-process, and inflated the whole
+    # file before hashing it: the agent's 3 MB file in its place, a commit header followed by
+    # 3 GiB of zeros, took 3 GiB of memory (a MemoryError, under a 2 GiB cap, in every command;
+    # a 30 MB one, 30 GiB). git reads a loose object up to the size its header gives.
+    import zlib
+
+    run = start_run(str(toy), runs_root, sandbox="none")
+    best = json.loads(run.paths.run_json.read_text())["versions"][0]["sha"]
+    loose = run.paths.work / ".git" / "objects" / best[:2] / best[2:]
+    real = loose.read_bytes()
+    pack = zlib.compressobj(1)
+    parts = [pack.compress(b"commit 200\0")]
+    zeros = bytes(1 << 24)
+    parts += [pack.compress(zeros) for _ in range(3 << 6)]
+    parts.append(pack.flush())
+    loose.chmod(0o644)
+    loose.write_bytes(b"".join(parts))
+    solution = run.paths.work / "solution.py"
+    solution.write_text(solution.read_text().replace("X = ", "X = 5.0 or "))
+    for command in (["status"], ["log"], ["submit", "-m", "X to 5"]):
+        proc = _avo_in(2 << 30, *command, "--run", str(run.paths.root))
+        assert proc is not None, f"avo {command[0]} waited"
+        said = proc.stdout + proc.stderr
+        assert "Traceback" not in said and "MemoryError" not in said, said
+    assert len(json.loads(run.paths.run_json.read_text())["versions"]) == 1
+    loose.write_bytes(real)
+    proc = _avo("submit", "-m", "X to 5", "--run", str(run.paths.root))
+    assert proc is not None and proc.returncode == 0 and "ACCEPTED" in proc.stdout, proc
