@@ -472,12 +472,17 @@ def _resolve_ref(git_dir: Path, ref: str, depth: int = 0) -> str | None:
     return _packed_refs(git_dir).get(ref)
 
 
+_REFS_FILE_MAX = 1 << 24  # packed-refs of a run with 100k versions holds ~6 MB
+
+
 def _small_file(path: Path) -> str:
-    """A ref file's text, stripped; ``""`` if it is missing, unreadable or not a regular file
-    (a pipe there would keep a plain ``open`` waiting for good)."""
+    """A ref file's text, stripped; ``""`` if it is missing, unreadable, not a regular file (a
+    pipe there would keep a plain ``open`` waiting for good) or larger than any git writes (a
+    sparse file of 100 GB read whole was a MemoryError in every submit)."""
     try:
         with os.fdopen(open_regular(path), "rb") as fh:
-            return fh.read().decode().strip()
+            data = fh.read(_REFS_FILE_MAX + 1)
+        return data.decode().strip() if len(data) <= _REFS_FILE_MAX else ""
     except (OSError, NotRegularFile, UnicodeDecodeError):
         return ""
 
@@ -729,10 +734,15 @@ def blob_id(content: bytes | memoryview) -> str:
 
 
 def _content_digest(path: bytes) -> bytes:
-    """sha1 of a file's bytes, never following a link; random bytes when it cannot be read."""
+    """sha1 of a file's bytes, never following a link; random bytes when it cannot be read, or
+    is larger than any file a run holds (a sparse file of 100 GB in work/.git, beyond the work
+    limits, was hashed for minutes twice per submit): its signature then equals no other."""
     try:
         fd = open_regular(path, follow_links=False)
     except (OSError, NotRegularFile):
+        return os.urandom(16)
+    if os.fstat(fd).st_size > MAX_OBJECT:
+        os.close(fd)
         return os.urandom(16)
     h = hashlib.sha1()
     try:

@@ -172,3 +172,29 @@ def test_a_loose_object_that_inflates_without_end_is_not_read_to_its_end(
     loose.write_bytes(real)
     proc = _avo("submit", "-m", "X to 5", "--run", str(run.paths.root))
     assert proc is not None and proc.returncode == 0 and "ACCEPTED" in proc.stdout, proc
+
+
+# -- a sparse file of 200 GB in work/.git ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["HEAD", "refs/heads/main", "description"])
+def test_a_sparse_file_in_the_git_dir_is_not_read_whole(
+        toy: Path, runs_root: Path, core_plugins: None, where: str) -> None:
+    # Outside work/'s limits (work/.git is not counted), the agent grows a file git keeps to
+    # 200 GB without writing a byte. avo read a ref file whole (a MemoryError traceback in every
+    # submit: HEAD, the branch) and hashed every file in work/.git into the submit's signature
+    # (minutes, twice per submit). git itself reads only HEAD's first line here.
+    run = start_run(str(toy), runs_root, sandbox="none")
+    with open(run.paths.work / ".git" / where, "ab") as fh:
+        fh.truncate(200 << 30)
+    solution = run.paths.work / "solution.py"
+    solution.write_text(solution.read_text().replace("X = ", "X = 5.0 or "))
+    proc = _avo_in(2 << 30, "submit", "-m", "X to 5", "--run", str(run.paths.root))
+    assert proc is not None, "avo submit hashed the sparse file for two minutes"
+    assert proc.returncode == 0 and "ACCEPTED" in proc.stdout, proc.stdout + proc.stderr
+    solution.write_text(solution.read_text().replace("return n * n", "return n * n + 1"))  # fails the gate
+    proc = _avo_in(2 << 30, "submit", "-m", "break square", "--run", str(run.paths.root))
+    assert proc is not None and proc.returncode == 0 and "REJECTED" in proc.stdout.upper(), proc
+    assert "n * n + 1" not in solution.read_text()  # reset to v1
+    status = _avo_in(2 << 30, "status", "--run", str(run.paths.root))
+    assert status is not None and status.returncode == 0 and "uncommitted" not in status.stdout, status
