@@ -605,8 +605,8 @@ def _read_here(git_dir: Path, sha: str, *, packs: bool = True) -> tuple[bool, tu
             raw = _inflate_loose(fh)
         except (OSError, zlib.error):
             return True, None
-    if raw is None:
-        return False, None  # larger than any object in a run's record: git's reader, as for a pack
+    if raw is None:  # larger than any object a run holds; git's reader would hand it over whole
+        return True, None
     header, _, data = raw.partition(b"\0")
     kind, _, size = header.decode("ascii", "replace").partition(" ")
     if hashlib.sha1(raw).hexdigest() != sha or size != str(len(data)):
@@ -618,7 +618,8 @@ def _inflate_loose(fh: IO[bytes]) -> bytes | None:
     """A loose object's ``<kind> <size>\\0<content>``, inflated to one byte past the size its
     header gives (more is damage, for the hash to refuse), never to the end of what the file
     would inflate to (the agent's zip bomb under a version's id, or a sparse file); ``None``
-    for a header giving more than :data:`~avo.git_packs.MAX_OBJECT`."""
+    for a header giving more than :data:`~avo.git_packs.MAX_OBJECT` (the work limits' default
+    for all of work/): ``git cat-file`` would announce that size, and GitPython read it whole."""
     import zlib
 
     unzip, raw, want = zlib.decompressobj(), bytearray(), 64  # the header first: "<kind> <size>\0"

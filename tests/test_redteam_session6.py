@@ -142,12 +142,15 @@ def _avo_in(limit: int, *args: str) -> subprocess.CompletedProcess[str] | None:
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+@pytest.mark.parametrize("header", [b"commit 200", b"commit 1000000000000"])
 def test_a_loose_object_that_inflates_without_end_is_not_read_to_its_end(
-        toy: Path, runs_root: Path, core_plugins: None) -> None:
+        toy: Path, runs_root: Path, core_plugins: None, header: bytes) -> None:
     # Every command reads the best version's commit loose, in-process, and inflated the whole
     # file before hashing it: the agent's 3 MB file in its place, a commit header followed by
     # 3 GiB of zeros, took 3 GiB of memory (a MemoryError, under a 2 GiB cap, in every command;
-    # a 30 MB one, 30 GiB). git reads a loose object up to the size its header gives.
+    # a 30 MB one, 30 GiB). git reads a loose object up to the size its header gives; a size
+    # past any object a run holds is not handed to git's reader either (GitPython reads the
+    # size git announces whole).
     import zlib
 
     run = start_run(str(toy), runs_root, sandbox="none")
@@ -155,7 +158,7 @@ def test_a_loose_object_that_inflates_without_end_is_not_read_to_its_end(
     loose = run.paths.work / ".git" / "objects" / best[:2] / best[2:]
     real = loose.read_bytes()
     pack = zlib.compressobj(1)
-    parts = [pack.compress(b"commit 200\0")]
+    parts = [pack.compress(header + b"\0")]
     zeros = bytes(1 << 24)
     parts += [pack.compress(zeros) for _ in range(3 << 6)]
     parts.append(pack.flush())
