@@ -136,14 +136,16 @@ _GIT_READS = (".gitignore", ".gitattributes")  # what git opens in every folder 
 
 def refuse_waiting_files(work: Path, *, tree: bool = False) -> None:
     """Raise unless what git opens in ``work/.git`` (its top, ``info/``, ``objects/info/``,
-    its ``commit-graphs/``, ``objects/pack/``) and, with ``tree``, every ``.gitignore`` and
-    ``.gitattributes`` under ``work`` is a regular file or absent: git opens them blocking, so a
-    pipe there (a same-user agent's ``mkfifo``) kept ``git add``, and with it ``avo submit`` and
-    ``avo status``, waiting for good (a pack index, the multi-pack-index or a commit-graph
-    chain: any git process that looks an object up)."""
+    its ``commit-graphs/``, ``objects/pack/``, the reflogs ``git reset`` appends to) and, with
+    ``tree``, every ``.gitignore`` and ``.gitattributes`` under ``work`` is a regular file or
+    absent: git opens them blocking, so a pipe there (a same-user agent's ``mkfifo``) kept
+    ``git add``, and with it ``avo submit`` and ``avo status``, waiting for good (a pack index,
+    the multi-pack-index or a commit-graph chain: any git process that looks an object up; a
+    reflog: ``avo revert``)."""
     git_dir = work / ".git"
     objects = git_dir / "objects"
-    for folder in (git_dir, git_dir / "info", objects / "info", objects / "info" / "commit-graphs", objects / "pack"):
+    for folder in (git_dir, git_dir / "info", objects / "info", objects / "info" / "commit-graphs", objects / "pack",
+                   git_dir / "logs", git_dir / "logs" / "refs" / "heads"):
         try:
             with os.scandir(folder) as it:
                 entries = [e for e in it if not e.is_dir()]  # follows links, as git does

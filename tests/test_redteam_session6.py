@@ -201,3 +201,29 @@ def test_a_sparse_file_in_the_git_dir_is_not_read_whole(
     assert "n * n + 1" not in solution.read_text()  # reset to v1
     status = _avo_in(2 << 30, "status", "--run", str(run.paths.root))
     assert status is not None and status.returncode == 0 and "uncommitted" not in status.stdout, status
+
+
+# -- a pipe where git reset appends to a reflog ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["logs/HEAD", "logs/refs/heads/main"])
+def test_a_pipe_where_a_reflog_should_be_does_not_hang_a_revert(
+        toy: Path, runs_root: Path, core_plugins: None, where: str) -> None:
+    # `avo revert` (and a rejected submit that cannot take the reset from its snapshot's index)
+    # runs `git reset --hard`, which appends to HEAD's and the branch's reflogs: opening a FIFO
+    # there for writing waited for good, with work/ already reset.
+    run = start_run(str(toy), runs_root, sandbox="none")
+    log = run.paths.work / ".git" / where
+    log.unlink(missing_ok=True)
+    os.mkfifo(log)
+    solution = run.paths.work / "solution.py"
+    solution.write_text(solution.read_text().replace("X = ", "X = 5.0 or "))
+    proc = _avo("revert", "--run", str(run.paths.root))
+    if proc is None:
+        pytest.fail(f"avo revert waited on the pipe at work/.git/{where}")
+    said = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "not a regular file" in said and where.rpartition("/")[2] in said, said
+    assert "5.0 or" in solution.read_text()  # refused before anything was discarded
+    log.unlink()
+    proc = _avo("revert", "--run", str(run.paths.root))
+    assert proc is not None and proc.returncode == 0 and "5.0 or" not in solution.read_text(), proc
