@@ -252,6 +252,10 @@ class _Objects:
             return None
         try:
             with self.lock:
+                # git's reader hands the object over whole: never one larger than a run holds (an
+                # alternate store's or a planted pack's "tree" of gigabytes of zeros, a few MB stored).
+                if self.cmd.get_object_header(spec)[2] > MAX_OBJECT:
+                    return None
                 sha, kind, _size, data = self.cmd.get_object_data(spec)
         except ValueError:  # "<spec> missing" (or ambiguous): the reader stays in step
             return None

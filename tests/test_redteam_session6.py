@@ -227,3 +227,41 @@ def test_a_pipe_where_a_reflog_should_be_does_not_hang_a_revert(
     log.unlink()
     proc = _avo("revert", "--run", str(run.paths.root))
     assert proc is not None and proc.returncode == 0 and "5.0 or" not in solution.read_text(), proc
+
+
+# -- an object only git's reader finds, of gigabytes --------------------------------------------------
+
+
+def test_an_object_git_reads_from_an_alternate_store_is_not_handed_over_whole(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # The agent deletes the best version's root tree (a commit would be fetched back from the
+    # backup) and lists a store of its own in objects/info/alternates holding, under that id,
+    # a "tree" of 1.5 GiB of zeros (1.5 MB stored). avo leaves an object it finds nowhere to
+    # git's reader, which announced 1.5 GiB and GitPython read all of it: 1.5 GiB per command
+    # for 1.5 MB written (15 GiB for 15 MB: the machine's memory).
+    import zlib
+
+    run = start_run(str(toy), runs_root, sandbox="none")
+    git_dir = run.paths.work / ".git"
+    tree = subprocess.run(["git", "--git-dir", str(git_dir), "rev-parse", "HEAD^{tree}"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    (git_dir / "objects" / tree[:2] / tree[2:]).unlink()
+    store = run.paths.root.parent / "store"
+    (store / tree[:2]).mkdir(parents=True)
+    pack = zlib.compressobj(1)
+    parts = [pack.compress(b"tree %d\0" % (1500 << 20))]
+    parts += [pack.compress(bytes(1 << 20)) for _ in range(1500)]
+    parts.append(pack.flush())
+    (store / tree[:2] / tree[2:]).write_bytes(b"".join(parts))
+    (git_dir / "objects" / "info").mkdir(exist_ok=True)
+    (git_dir / "objects" / "info" / "alternates").write_text(f"{store}\n")
+    solution = run.paths.work / "solution.py"
+    solution.write_text(solution.read_text().replace("X = ", "X = 5.0 or "))
+    # The peak memory of avo and its git children, measured in a process of its own.
+    peak = subprocess.run(
+        [sys.executable, "-c", "import resource, subprocess, sys; "
+         "subprocess.run([sys.executable, '-m', 'avo', 'submit', '-m', 'X to 5', '--run', sys.argv[1]], "
+         "capture_output=True, timeout=120); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)",
+         str(run.paths.root)], capture_output=True, text=True, env=ENV, check=True).stdout
+    assert int(peak) < 512 * 1024, f"avo submit peaked at {int(peak) // 1024} MiB"
+    assert len(json.loads(run.paths.run_json.read_text())["versions"]) == 1
