@@ -265,3 +265,36 @@ def test_an_object_git_reads_from_an_alternate_store_is_not_handed_over_whole(
          str(run.paths.root)], capture_output=True, text=True, env=ENV, check=True).stdout
     assert int(peak) < 512 * 1024, f"avo submit peaked at {int(peak) // 1024} MiB"
     assert len(json.loads(run.paths.run_json.read_text())["versions"]) == 1
+
+
+# -- the reset from the snapshot's index, after the agent moved HEAD ----------------------------------
+
+
+def test_a_rejected_submit_keeps_an_ignored_file_the_agent_stopped_tracking(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # The agent commits data.bin, then stops tracking it and ignores it (`git rm --cached`,
+    # info/exclude): the snapshot, filled from that HEAD, still holds it. `reset --hard` and
+    # `clean -fd` kept it (work/.git's index does not track it, and it is ignored); the reset
+    # from the snapshot's index deleted it with the rejected candidate.
+    run = start_run(str(toy), runs_root, sandbox="none")
+    work = run.paths.work
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.name=a", "-c", "user.email=a@b", *args], cwd=work, check=True,
+                       capture_output=True)
+
+    data = work / "data.bin"
+    data.write_bytes(bytes(range(256)) * 4)
+    git("add", "data.bin")
+    git("commit", "-qm", "data")
+    git("rm", "-q", "--cached", "data.bin")
+    with open(work / ".git" / "info" / "exclude", "a") as fh:
+        fh.write("*.bin\n")
+    solution = work / "solution.py"
+    solution.write_text(solution.read_text().replace("return n * n", "return n * n + 1"))  # fails the gate
+    proc = _avo("submit", "-m", "break square", "--run", str(run.paths.root))
+    assert proc is not None and proc.returncode == 0 and "FAILED" in proc.stdout, proc
+    assert "n * n + 1" not in solution.read_text()  # reset to v0
+    assert data.read_bytes() == bytes(range(256)) * 4
+    status = _avo("status", "--run", str(run.paths.root))
+    assert status is not None and status.returncode == 0 and "uncommitted" not in status.stdout, status
