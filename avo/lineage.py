@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import IO
 
 from avo.errors import AvoError
-from avo.git_packs import Damaged, TooHard, object_id, packed_ids, read_packed
+from avo.git_packs import MAX_OBJECT, Damaged, TooHard, object_id, packed_ids, read_packed
 from avo.regular_files import NotRegularFile, open_regular
 
 BRANCH = "main"
@@ -135,12 +135,17 @@ _GIT_READS = (".gitignore", ".gitattributes")  # what git opens in every folder 
 
 
 def refuse_waiting_files(work: Path, *, tree: bool = False) -> None:
-    """Raise unless what git opens in ``work/.git`` (its top, ``info/``, ``objects/info/``)
-    and, with ``tree``, every ``.gitignore`` and ``.gitattributes`` under ``work`` is a regular
-    file or absent: git opens them blocking, so a pipe there (a same-user agent's ``mkfifo``)
-    kept ``git add``, and with it ``avo submit`` and ``avo status``, waiting for good."""
+    """Raise unless what git opens in ``work/.git`` (its top, ``info/``, ``objects/info/``,
+    its ``commit-graphs/``, ``objects/pack/``, the reflogs ``git reset`` appends to) and, with
+    ``tree``, every ``.gitignore`` and ``.gitattributes`` under ``work`` is a regular file or
+    absent: git opens them blocking, so a pipe there (a same-user agent's ``mkfifo``) kept
+    ``git add``, and with it ``avo submit`` and ``avo status``, waiting for good (a pack index,
+    the multi-pack-index or a commit-graph chain: any git process that looks an object up; a
+    reflog: ``avo revert``)."""
     git_dir = work / ".git"
-    for folder in (git_dir, git_dir / "info", git_dir / "objects" / "info"):
+    objects = git_dir / "objects"
+    for folder in (git_dir, git_dir / "info", objects / "info", objects / "info" / "commit-graphs", objects / "pack",
+                   git_dir / "logs", git_dir / "logs" / "refs" / "heads"):
         try:
             with os.scandir(folder) as it:
                 entries = [e for e in it if not e.is_dir()]  # follows links, as git does
@@ -247,6 +252,10 @@ class _Objects:
             return None
         try:
             with self.lock:
+                # git's reader hands the object over whole: never one larger than a run holds (an
+                # alternate store's or a planted pack's "tree" of gigabytes of zeros, a few MB stored).
+                if self.cmd.get_object_header(spec)[2] > MAX_OBJECT:
+                    return None
                 sha, kind, _size, data = self.cmd.get_object_data(spec)
         except ValueError:  # "<spec> missing" (or ambiguous): the reader stays in step
             return None
@@ -469,12 +478,17 @@ def _resolve_ref(git_dir: Path, ref: str, depth: int = 0) -> str | None:
     return _packed_refs(git_dir).get(ref)
 
 
+_REFS_FILE_MAX = 1 << 24  # packed-refs of a run with 100k versions holds ~6 MB
+
+
 def _small_file(path: Path) -> str:
-    """A ref file's text, stripped; ``""`` if it is missing, unreadable or not a regular file
-    (a pipe there would keep a plain ``open`` waiting for good)."""
+    """A ref file's text, stripped; ``""`` if it is missing, unreadable, not a regular file (a
+    pipe there would keep a plain ``open`` waiting for good) or larger than any git writes (a
+    sparse file of 100 GB read whole was a MemoryError in every submit)."""
     try:
         with os.fdopen(open_regular(path), "rb") as fh:
-            return fh.read().decode().strip()
+            data = fh.read(_REFS_FILE_MAX + 1)
+        return data.decode().strip() if len(data) <= _REFS_FILE_MAX else ""
     except (OSError, NotRegularFile, UnicodeDecodeError):
         return ""
 
@@ -594,18 +608,40 @@ def _read_here(git_dir: Path, sha: str, *, packs: bool = True) -> tuple[bool, tu
         return True, None
     with os.fdopen(fd, "rb") as fh:
         try:
-            stored = fh.read()
-        except OSError:
+            raw = _inflate_loose(fh)
+        except (OSError, zlib.error):
             return True, None
-    try:
-        raw = zlib.decompress(stored)
-    except zlib.error:
+    if raw is None:  # larger than any object a run holds; git's reader would hand it over whole
         return True, None
     header, _, data = raw.partition(b"\0")
     kind, _, size = header.decode("ascii", "replace").partition(" ")
     if hashlib.sha1(raw).hexdigest() != sha or size != str(len(data)):
         return True, None
     return True, (sha, kind, data)
+
+
+def _inflate_loose(fh: IO[bytes]) -> bytes | None:
+    """A loose object's ``<kind> <size>\\0<content>``, inflated to one byte past the size its
+    header gives (more is damage, for the hash to refuse), never to the end of what the file
+    would inflate to (the agent's zip bomb under a version's id, or a sparse file); ``None``
+    for a header giving more than :data:`~avo.git_packs.MAX_OBJECT` (the work limits' default
+    for all of work/): ``git cat-file`` would announce that size, and GitPython read it whole."""
+    import zlib
+
+    unzip, raw, want = zlib.decompressobj(), bytearray(), 64  # the header first: "<kind> <size>\0"
+    sized = False
+    while len(raw) < want and not unzip.eof:
+        data = unzip.unconsumed_tail or fh.read(1 << 16)
+        got = unzip.decompress(data, want - len(raw))
+        if not data and not got:
+            break  # truncated: the hash refuses it
+        raw += got
+        if not sized and (nul := raw.find(b"\0")) >= 0:
+            size = bytes(raw[:nul]).partition(b" ")[2]
+            if size.isdigit() and int(size) > MAX_OBJECT:
+                return None
+            sized, want = True, nul + 2 + (int(size) if size.isdigit() else 0)
+    return bytes(raw)
 
 
 def _read_path(git_dir: Path, rev: str, path: str) -> tuple[str, str, bytes] | None:
@@ -705,10 +741,15 @@ def blob_id(content: bytes | memoryview) -> str:
 
 
 def _content_digest(path: bytes) -> bytes:
-    """sha1 of a file's bytes, never following a link; random bytes when it cannot be read."""
+    """sha1 of a file's bytes, never following a link; random bytes when it cannot be read, or
+    is larger than any file a run holds (a sparse file of 100 GB in work/.git, beyond the work
+    limits, was hashed for minutes twice per submit): its signature then equals no other."""
     try:
         fd = open_regular(path, follow_links=False)
     except (OSError, NotRegularFile):
+        return os.urandom(16)
+    if os.fstat(fd).st_size > MAX_OBJECT:
+        os.close(fd)
         return os.urandom(16)
     h = hashlib.sha1()
     try:
