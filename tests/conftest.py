@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import shutil
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from avo.plugins import reset_plugin_manager
+
+# A suite started in the background by a non-interactive shell (`./.ci/run &`) inherits SIGINT
+# ignored, and so does every avo process it starts: the ctrl-c tests then saw avo ignore it,
+# rightly. They test the default, so the suite restores it for itself and its children.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
