@@ -1110,10 +1110,10 @@ def submit(
             _update_supervisor(state, fingerprint, outcome)
             state.rejected_fingerprints.setdefault(fingerprint, step)
             save_state(paths, state)  # the commit point
-            # Tags stay as recover() left them; work/ untouched since the snapshot: reset from its index.
-            # Not when the snapshot started from another HEAD: its index holds files that work/.git's
-            # own index may not track (an ignored file `git rm --cached` kept), which that reset keeps.
-            lineage.reset_hard(best.sha, (tree, kept) if unchanged and migrant is None and head == best.sha else None)
+            # Tags stay as recover() left them; work/ untouched since the snapshot (so no migrant's):
+            # reset from its index. Not when the snapshot started from another HEAD: its index holds
+            # files work/.git's own index may not track (an ignored file `git rm --cached` kept).
+            lineage.reset_hard(best.sha, (tree, kept) if unchanged and head == best.sha else None)
             append_trajectory(paths, record)
             paths.journal.unlink(missing_ok=True)
         kept.unlink(missing_ok=True)

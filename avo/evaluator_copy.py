@@ -55,9 +55,9 @@ def startup_files() -> dict[str, str]:
                 continue
     for folder in sys.path:
         for name in ("sitecustomize.py", "usercustomize.py"):
-            if os.path.isfile(os.path.join(folder, name)):
-                p = Path(folder) / name
-                out[f"path:{p}"] = hashlib.sha256(p.read_bytes()).hexdigest()
+            path = os.path.join(folder, name)
+            if os.path.isfile(path):
+                out[f"path:{Path(folder) / name}"] = _sha256_of(path)
     return out
 
 

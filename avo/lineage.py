@@ -29,6 +29,7 @@ import tempfile
 import threading
 import time
 import uuid
+import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -134,14 +135,13 @@ def foreign_git_dir(work: Path) -> str | None:
 _GIT_READS = (".gitignore", ".gitattributes")  # what git opens in every folder of the work tree
 
 
-def refuse_waiting_files(work: Path, *, tree: bool = False) -> None:
+def refuse_waiting_files(work: Path) -> None:
     """Raise unless what git opens in ``work/.git`` (its top, ``info/``, ``objects/info/``,
-    its ``commit-graphs/``, ``objects/pack/``, the reflogs ``git reset`` appends to) and, with
-    ``tree``, every ``.gitignore`` and ``.gitattributes`` under ``work`` is a regular file or
-    absent: git opens them blocking, so a pipe there (a same-user agent's ``mkfifo``) kept
-    ``git add``, and with it ``avo submit`` and ``avo status``, waiting for good (a pack index,
-    the multi-pack-index or a commit-graph chain: any git process that looks an object up; a
-    reflog: ``avo revert``)."""
+    its ``commit-graphs/``, ``objects/pack/``, the reflogs ``git reset`` appends to) is a
+    regular file or absent: git opens them blocking, so a pipe there (a same-user agent's
+    ``mkfifo``) kept every git process, and with it ``avo submit`` and ``avo status``, waiting
+    for good (a pack index, the multi-pack-index or a commit-graph chain: any git process that
+    looks an object up; a reflog: ``avo revert``)."""
     git_dir = work / ".git"
     objects = git_dir / "objects"
     for folder in (git_dir, git_dir / "info", objects / "info", objects / "info" / "commit-graphs", objects / "pack",
@@ -152,9 +152,16 @@ def refuse_waiting_files(work: Path, *, tree: bool = False) -> None:
         except OSError:
             continue
         for entry in entries:
-            _refuse_waiting(entry.path, entry)
-    if not tree:
-        return
+            try:
+                _refuse_waiting(entry.path, entry.stat().st_mode)
+            except OSError:
+                continue  # a dangling link: git reads nothing there
+
+
+def refuse_waiting_ignores(work: Path) -> None:
+    """:func:`refuse_waiting_files` for every ``.gitignore`` and ``.gitattributes`` under
+    ``work``, which ``git add`` and ``git status`` open in each folder they list (the .git
+    files are checked before every git process)."""
     for root, dirs, files in os.walk(work):
         if root == str(work):
             dirs[:] = [d for d in dirs if d != ".git"]
@@ -162,17 +169,12 @@ def refuse_waiting_files(work: Path, *, tree: bool = False) -> None:
             if name in files or name in dirs:
                 path = os.path.join(root, name)
                 try:
-                    st = os.stat(path)
+                    _refuse_waiting(path, os.stat(path).st_mode)
                 except OSError:
                     continue  # a dangling link: git reads nothing there
-                _refuse_waiting(path, st)
 
 
-def _refuse_waiting(path: str, entry: os.DirEntry[str] | os.stat_result) -> None:
-    try:
-        mode = entry.stat().st_mode if isinstance(entry, os.DirEntry) else entry.st_mode
-    except OSError:
-        return
+def _refuse_waiting(path: str, mode: int) -> None:
     if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
         raise AvoError(f"{path} is not a regular file (a pipe, a device or a socket): git would wait on it "
                        "for good. Remove it and run the command again.")
@@ -217,9 +219,9 @@ class _Answers:
 
 
 class _Objects:
-    """One repository's object store: full ids read in-process where :func:`_read_here` can,
-    the rest through one persistent ``git cat-file --batch`` (GitPython's
-    ``Git.get_object_data``); writes in-process into its loose objects."""
+    """One repository's object store as git serves it: reads through one persistent
+    ``git cat-file --batch`` (GitPython's ``Git.get_object_data``) of what :func:`read_any`
+    leaves to git, writes in-process into its loose objects."""
 
     def __init__(self, git_dir: Path):
         from git.cmd import Git  # GitPython costs ~120 ms to import: only where the lineage is read
@@ -235,19 +237,8 @@ class _Objects:
         self.db = GitCmdObjectDB(str(git_dir / "objects"), self.cmd)
         self.lock = threading.Lock()  # one request at a time on the reader's pipe (the MCP server's threads)
 
-    def read(self, spec: str) -> tuple[str, str, bytes] | None:
-        """``(id, type, content)`` of the object ``spec`` names, or ``None``.
-
-        A full id is read in-process where this reader can (:func:`_read_here`); the rest
-        goes to git's."""
-        if _is_sha(spec):
-            decided, got = _read_here(self.git_dir, spec)
-            if decided:
-                return got
-        return self.read_git(spec)
-
     def read_git(self, spec: str) -> tuple[str, str, bytes] | None:
-        """:meth:`read` through git's reader only."""
+        """``(id, type, content)`` of the object ``spec`` names, through git's reader, or ``None``."""
         if not spec or "\n" in spec:
             return None
         try:
@@ -262,8 +253,8 @@ class _Objects:
         return _checked(os.fsdecode(sha), os.fsdecode(kind), data)
 
     def read_many(self, specs: Sequence[str]) -> list[tuple[str, str, bytes] | None]:
-        """:meth:`read` for many specs: full ids in-process where this reader can, the rest
-        pipelined through git's reader (one round trip)."""
+        """``(id, type, content)`` (or ``None``) for many specs: full ids stored loose read
+        in-process, the rest pipelined through git's reader (one round trip)."""
         here: dict[int, tuple[str, str, bytes] | None] = {}
         for i, spec in enumerate(specs):
             if _is_sha(spec):
@@ -589,8 +580,6 @@ def _read_here(git_dir: Path, sha: str, *, packs: bool = True) -> tuple[bool, tu
     git (or, with ``packs`` False, any object not stored loose). An object that does not hash
     to its id is damaged (or forged): ``(True, None)``, never git's copy of it.
     """
-    import zlib
-
     try:
         # Never a link, a pipe or a device: /dev/zero would be read forever, a pipe waited on.
         fd = open_regular(git_dir / "objects" / sha[:2] / sha[2:], follow_links=False)
@@ -626,8 +615,6 @@ def _inflate_loose(fh: IO[bytes]) -> bytes | None:
     would inflate to (the agent's zip bomb under a version's id, or a sparse file); ``None``
     for a header giving more than :data:`~avo.git_packs.MAX_OBJECT` (the work limits' default
     for all of work/): ``git cat-file`` would announce that size, and GitPython read it whole."""
-    import zlib
-
     unzip, raw, want = zlib.decompressobj(), bytearray(), 64  # the header first: "<kind> <size>\0"
     sized = False
     while len(raw) < want and not unzip.eof:
@@ -840,7 +827,7 @@ class Lineage:
         in-process (one process fewer per submit than ``git write-tree``). ``keep_index``:
         where to leave that index (its files' stat data), for :meth:`reset_hard`.
         """
-        refuse_waiting_files(self.work, tree=True)
+        refuse_waiting_ignores(self.work)
         head = self.head()
         with self._temp_index() as index:
             if head is not None:
@@ -1178,7 +1165,7 @@ class Lineage:
         new: list[tuple[str, bytes]] = []
         spec: str | None = sha
         while spec and spec != current:
-            if current is None and theirs.read(spec) is not None:
+            if current is None and read_any(mirror, spec) is not None:
                 break
             data = self._read(spec, "commit")
             new.append((spec, data))
@@ -1289,11 +1276,10 @@ class Lineage:
         """
         if not _is_sha(best):
             raise AvoError(f"is_dirty needs a commit id, not {best!r}")
-        if foreign_git_dir(self.work):
-            self.git_bytes("--version")  # raises ForeignGitDir with the full explanation
+        self._refuse_foreign()
+        refuse_waiting_ignores(self.work)
         # A snapshot starts from work/.git's HEAD: a file the agent committed there stays in it
         # even when an ignore rule covers it, so compare with HEAD when it was moved off best.
-        refuse_waiting_files(self.work, tree=True)
         head = _resolve_ref(self.git_dir, "HEAD")
         base = head if head is not None and head != best else best
         with tempfile.TemporaryDirectory(prefix="avo-status-") as tmp, \
@@ -1342,7 +1328,7 @@ class BackupReader(Lineage):
     def verified_tree_of(self, commit: str) -> str:
         """The tree of ``commit``, read from an object checked to hash to that id (git's reader
         does not check: a loose object rewritten in place would name another tree)."""
-        got = self.objects().read(commit)  # None also when the object does not hash to its id
+        got = read_any(self._store, commit)  # None also when the object does not hash to its id
         if got is None or got[1] != "commit" or got[0] != commit:
             raise AvoError(f"commit {commit[:12]} is not in {self._store}, or its object was rewritten "
                            "(it does not hash to its id)")
