@@ -18,11 +18,19 @@ from avo.engine import start_run
 ENV = {**os.environ, "AVO_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
 
-def _avo(*args: str) -> subprocess.CompletedProcess[str] | None:
+def _avo(*args: str, limit: int | None = None) -> subprocess.CompletedProcess[str] | None:
     """``avo ARGS`` as a process; ``None`` if it was still waiting after two minutes (its
-    process group, git children included, is killed then)."""
+    process group, git children included, is killed then). ``limit``: its address space
+    capped at that many bytes (a machine's memory, made small: the test must not take this
+    machine's)."""
+    import resource
+
+    def cap() -> None:
+        if limit is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
     proc = subprocess.Popen([sys.executable, "-m", "avo", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=ENV, start_new_session=True)
+                            text=True, env=ENV, start_new_session=True, preexec_fn=cap)
     try:
         out, err = proc.communicate(timeout=120)
     except subprocess.TimeoutExpired:
@@ -30,6 +38,7 @@ def _avo(*args: str) -> subprocess.CompletedProcess[str] | None:
         proc.communicate()
         return None
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
 
 # -- a pipe where work/.git keeps a ref ------------------------------------------------------------
 
@@ -123,25 +132,6 @@ def test_a_pipe_where_git_looks_objects_up_is_named_not_waited_on(
 # -- a loose object that inflates without end ----------------------------------------------------------
 
 
-def _avo_in(limit: int, *args: str) -> subprocess.CompletedProcess[str] | None:
-    """:func:`_avo` with its address space capped at ``limit`` bytes (a machine's memory, made
-    small: the test must not take this machine's)."""
-    import resource
-
-    def cap() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
-    proc = subprocess.Popen([sys.executable, "-m", "avo", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=ENV, start_new_session=True, preexec_fn=cap)
-    try:
-        out, err = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return None
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-
 @pytest.mark.parametrize("header", [b"commit 200", b"commit 1000000000000"])
 def test_a_loose_object_that_inflates_without_end_is_not_read_to_its_end(
         toy: Path, runs_root: Path, core_plugins: None, header: bytes) -> None:
@@ -167,7 +157,7 @@ def test_a_loose_object_that_inflates_without_end_is_not_read_to_its_end(
     solution = run.paths.work / "solution.py"
     solution.write_text(solution.read_text().replace("X = ", "X = 5.0 or "))
     for command in (["status"], ["log"], ["submit", "-m", "X to 5"]):
-        proc = _avo_in(2 << 30, *command, "--run", str(run.paths.root))
+        proc = _avo(*command, "--run", str(run.paths.root), limit=2 << 30)
         assert proc is not None, f"avo {command[0]} waited"
         said = proc.stdout + proc.stderr
         assert "Traceback" not in said and "MemoryError" not in said, said
@@ -192,14 +182,14 @@ def test_a_sparse_file_in_the_git_dir_is_not_read_whole(
         fh.truncate(200 << 30)
     solution = run.paths.work / "solution.py"
     solution.write_text(solution.read_text().replace("X = ", "X = 5.0 or "))
-    proc = _avo_in(2 << 30, "submit", "-m", "X to 5", "--run", str(run.paths.root))
+    proc = _avo("submit", "-m", "X to 5", "--run", str(run.paths.root), limit=2 << 30)
     assert proc is not None, "avo submit hashed the sparse file for two minutes"
     assert proc.returncode == 0 and "ACCEPTED" in proc.stdout, proc.stdout + proc.stderr
     solution.write_text(solution.read_text().replace("return n * n", "return n * n + 1"))  # fails the gate
-    proc = _avo_in(2 << 30, "submit", "-m", "break square", "--run", str(run.paths.root))
+    proc = _avo("submit", "-m", "break square", "--run", str(run.paths.root), limit=2 << 30)
     assert proc is not None and proc.returncode == 0 and "REJECTED" in proc.stdout.upper(), proc
     assert "n * n + 1" not in solution.read_text()  # reset to v1
-    status = _avo_in(2 << 30, "status", "--run", str(run.paths.root))
+    status = _avo("status", "--run", str(run.paths.root), limit=2 << 30)
     assert status is not None and status.returncode == 0 and "uncommitted" not in status.stdout, status
 
 
