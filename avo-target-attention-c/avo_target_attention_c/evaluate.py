@@ -26,7 +26,7 @@ from avo.eval_inputs import derived_seed
 from avo.models import EvalOptions, EvalResult
 
 from avo_target_attention_c.build import PROTOTYPE, SYMBOL, BuildError, compile_kernel
-from avo_target_attention_c.roofline import fma_roofline, roof_note
+from avo_target_attention_c.roofline import Probe, roof_note
 from avo_target_attention_c.sandbox import SandboxFailure, Worker, choose_cpus
 from avo_target_attention_c.settings import ATOL, RTOL, D, Plan, plan
 
@@ -250,6 +250,7 @@ def quad_ratios(pairs: list[tuple[float, float]]) -> list[float]:
 SLOW_FACTOR = 1.15
 SLOW_PERCENTILE = 0.10
 MIN_KEPT_QUADS = 6  # fewer quads at speed than this: use them all (and say so)
+PROBE_S = 0.0005  # one run of the FMA probe beside each pair (plus its warm-up): ~2-15 % of a pair's time
 
 
 def at_speed(pairs: list[tuple[float, float]]) -> list[bool]:
@@ -287,21 +288,41 @@ def relative_iqr(values: list[float]) -> float:
     return (q[2] - q[0]) / q[1]
 
 
-def _candidate_time(box: Worker, cost: Any, threads: int) -> float:
-    """The candidate's seconds: the worker's CPU (1 thread) or wall time, minus the no-op round trip."""
-    if threads == 1:
-        return max(cost.cpu - box.noop.cpu, 1e-7)
-    return max(cost.wall - box.noop.wall, 1e-7)
+def _candidate_time(cost: Any, plumbing: float, threads: int) -> float:
+    """The candidate's seconds: the worker's CPU (1 thread) or wall time, minus ``plumbing``."""
+    return max((cost.cpu if threads == 1 else cost.wall) - plumbing, 1e-7)
 
 
-def _pairs(box: Worker, jd: Judge, p: Plan, cfg: Any, who: str, seed: int, rounds: int, check: bool,
-           before: list[tuple[float, float]]) -> list[tuple[float, float]]:
+def _plumbing(noops: list[Any], threads: int) -> float:
+    """The median of no-op round trips timed beside a config's calls (CPU, or wall with threads)."""
+    return statistics.median(t.cpu if threads == 1 else t.wall for t in noops)
+
+
+@dataclass
+class Round:
+    """One config's round: its (t_ref, t_cand) pairs, the no-op subtracted, the probe's runs (GFLOP/s)."""
+
+    pairs: list[tuple[float, float]]
+    plumbing: float
+    probe: list[float]
+
+
+def _pairs(box: Worker, twin: Worker, jd: Judge, p: Plan, cfg: Any, who: str, seed: int, rounds: int, check: bool,
+           before: list[tuple[float, float]], probe: Probe | None = None) -> Round:
     """One round of interleaved (reference, candidate) pairs for ``cfg``, on fresh inputs each.
 
     An even number of pairs, the reference first in even ones (see :func:`quad_ratios`).
     The round's minimum counts only pairs timed at speed, judged against ``before`` (this
     config's earlier rounds) and this round: a slow phase of the machine lengthens the
     round, up to its maximum, instead of filling it.
+
+    What a call costs besides the kernel (the worker's socket read, JSON and cffi dispatch)
+    is a no-op round trip, timed right after every candidate call, under the same conditions
+    (caches taken by the reference, the checks and the kernel), in ``twin``: a second worker
+    that never loads candidate code, so no kernel can make what is subtracted grow.
+    Measured back to back before the kernel was loaded, a no-op ran hot and was 50-80 us
+    short of what it costs here, which was charged to every call.
+    ``probe``: the FMA probe, run once after every pair (the roof column's denominator).
     """
     import numpy as np
 
@@ -322,6 +343,9 @@ def _pairs(box: Worker, jd: Judge, p: Plan, cfg: Any, who: str, seed: int, round
     min_pairs, max_pairs = (2 * math.ceil(x / rounds / 2) for x in (p.min_pairs, p.max_pairs))
     min_time, max_time = p.min_time / rounds, p.max_time / rounds
     pairs: list[tuple[float, float]] = []
+    costs: list[Any] = []
+    noops: list[Any] = []
+    rates: list[float] = []
     started = time.perf_counter()
     for r in range(max_pairs):
         q, k, v = make_inputs(seed + r, heads, n, D)
@@ -330,12 +354,17 @@ def _pairs(box: Worker, jd: Judge, p: Plan, cfg: Any, who: str, seed: int, round
         if r % 2 == 0:  # alternate the order so neither side always runs second
             t_ref = jd.time_reference(q, k, v, ref_out, causal)
             cost = _call(box, who, heads, n, causal, timeout, f"running {what}")
+            noops.append(twin.request({"op": "noop"}, 10.0, f"timing the no-op beside {what}"))
         else:
             cost = _call(box, who, heads, n, causal, timeout, f"running {what}")
+            noops.append(twin.request({"op": "noop"}, 10.0, f"timing the no-op beside {what}"))
             t_ref = jd.time_reference(q, k, v, ref_out, causal)
         if check:
             check_timed(box, jd, q, k, v, causal, p.spot_rows, what)
-        pairs.append((t_ref, _candidate_time(box, cost, jd.threads)))
+        costs.append(cost)
+        pairs.append((t_ref, 0.0))  # the candidate's time once the round's no-op is known
+        if probe is not None:
+            rates.append(probe.rate() * jd.threads)
         elapsed = time.perf_counter() - started
         if len(pairs) % 2:
             continue  # only whole quads
@@ -345,11 +374,13 @@ def _pairs(box: Worker, jd: Judge, p: Plan, cfg: Any, who: str, seed: int, round
         if elapsed >= max_time and len(pairs) >= 4:
             break
     box.audit_tree(f"timing {cfg.key}")
-    return pairs
+    plumbing = _plumbing(noops, jd.threads)
+    timed = [(t_ref, _candidate_time(c, plumbing, jd.threads)) for (t_ref, _), c in zip(pairs, costs, strict=True)]
+    return Round(timed, plumbing, rates)
 
 
-def measure(box: Worker, jd: Judge, p: Plan, who: str, seed: int, check: bool = True,
-            report: Callable[[str], None] = log, roof: float | None = None,
+def measure(box: Worker, twin: Worker, jd: Judge, p: Plan, who: str, seed: int, check: bool = True,
+            report: Callable[[str], None] = log, probe: Probe | None = None,
             ) -> tuple[dict[str, float], dict[str, float], list[str]]:
     """Interleaved timing of ``who`` against the NumPy reference for every config.
 
@@ -358,23 +389,30 @@ def measure(box: Worker, jd: Judge, p: Plan, who: str, seed: int, check: bool = 
     to back on the same inputs, one pair of each order (:func:`quad_ratios`), leaving out
     quads timed while the machine ran slow (:func:`speed_gated`); its spread is the
     relative IQR of those quad ratios.
-    ``roof`` (GFLOP/s, the measured FMA roofline of the pinned cores) adds a column.
+    ``probe`` (the FMA probe, run beside every pair) adds two columns: its median GFLOP/s over
+    the config's pairs (times the thread count) and the kernel's GFLOP/s as a fraction of it.
+    ``twin``: the kernel-free worker whose no-ops are subtracted (:func:`_pairs`).
     """
     from avo_target_attention_c.reference import flops
 
     metrics: dict[str, float] = {}
     spread: dict[str, float] = {}
     lines = [f"{'config':<18}{'speedup':>8}{'kernel ms':>11}{'numpy ms':>10}{'GFLOP/s':>9}{'pairs':>6}{'iqr':>7}"
-             + (f"{'roof':>6}" if roof else "")]
+             + (f"{'probe':>7}{'roof':>6}" if probe else "")]
     # Round-robin over the configs in several rounds: the machine's speed drifts over tens
     # of seconds (other jobs, the host's other tenants), and the reference and the kernel
     # do not drift alike, so each config samples the whole evaluation, not one window.
     rounds = max(1, p.rounds)
     collected: dict[str, list[tuple[float, float]]] = {cfg.key: [] for cfg in p.configs}
+    rates: dict[str, list[float]] = {cfg.key: [] for cfg in p.configs}
+    plumbing: list[float] = []
     for rnd in range(rounds):
         for ci, cfg in enumerate(p.configs):
-            collected[cfg.key] += _pairs(box, jd, p, cfg, who, seed + 100_000 * ci + 10_000 * rnd, rounds, check,
-                                         collected[cfg.key])
+            got = _pairs(box, twin, jd, p, cfg, who, seed + 100_000 * ci + 10_000 * rnd, rounds, check,
+                         collected[cfg.key], probe)
+            collected[cfg.key] += got.pairs
+            rates[cfg.key] += got.probe
+            plumbing.append(got.plumbing)
     slow: list[str] = []
     unsteady: list[str] = []
     for cfg in p.configs:
@@ -390,10 +428,18 @@ def measure(box: Worker, jd: Judge, p: Plan, who: str, seed: int, check: bool = 
         metrics[cfg.key] = speedup
         spread[cfg.key] = relative_iqr(ratios)
         gflops = flops(cfg.heads, cfg.n, D, cfg.causal) / t_cand * 1e-9
-        line = (f"{cfg.key:<18}{speedup:>8.3f}{t_cand * 1e3:>11.3f}{t_ref * 1e3:>10.3f}"
-                f"{gflops:>9.1f}{len(pairs):>6}{spread[cfg.key]:>7.1%}" + (f"{gflops / roof:>6.0%}" if roof else ""))
+        line = f"{cfg.key:<18}{speedup:>8.3f}{t_cand * 1e3:>11.3f}{t_ref * 1e3:>10.3f}{gflops:>9.1f}{len(pairs):>6}"
+        line += f"{spread[cfg.key]:>7.1%}"
+        if rates[cfg.key]:
+            roof = statistics.median(rates[cfg.key])
+            line += f"{roof:>7.0f}{gflops / roof:>6.0%}"
         lines.append(line)
         report(line)
+    line = (f"no-op round trip subtracted from each call (timed beside the calls in a kernel-free twin worker, "
+            f"median per config and round): {min(plumbing) * 1e6:.0f}-{max(plumbing) * 1e6:.0f} us; back to back "
+            f"before the kernel was loaded: {(box.noop.cpu if jd.threads == 1 else box.noop.wall) * 1e6:.0f} us")
+    lines.append(line)
+    report(line)
     if slow:
         line = (f"quads left out, timed while the machine ran slow (their reference-first NumPy call over "
                 f"{SLOW_FACTOR:g}x the config's {SLOW_PERCENTILE * 100:.0f}th percentile): {', '.join(slow)}")
@@ -417,12 +463,11 @@ def _thread_note(jd: Judge, threads: int) -> str:
             "pinned to the same CPU(s)")
 
 
-def _clock_note(box: Worker, threads: int) -> str:
+def _clock_note(threads: int) -> str:
     if threads == 1:
-        return (f"kernel: CPU time of the whole sandbox worker read from outside, minus a no-op round trip of "
-                f"{box.noop.cpu * 1e6:.0f} us; NumPy: CPU time of the evaluator's thread")
-    return (f"both: wall-clock time measured by the evaluator (kernel minus a no-op round trip of "
-            f"{box.noop.wall * 1e6:.0f} us)")
+        return ("kernel: CPU time of the whole sandbox worker read from outside, minus a no-op round trip timed "
+                "beside the calls; NumPy: CPU time of the evaluator's thread")
+    return "both: wall-clock time measured by the evaluator (kernel minus a no-op round trip timed beside the calls)"
 
 
 # -- the whole evaluation ------------------------------------------------------------------
@@ -457,8 +502,10 @@ def evaluate(workdir: Path, options: EvalOptions) -> EvalResult:
         if build.output:
             log(f"compiler output:\n{build.output}")
         try:
-            with judge(p.threads) as jd, Worker(scratch / "sandbox", p.threads, max_floats(p),
-                                                readable=(build.library.parent,)) as box:
+            # The twin first: without a sandbox, the candidate's worker counts the processes
+            # started after it as the kernel's children.
+            with judge(p.threads) as jd, Worker(scratch / "twin", p.threads, 1, candidate=False) as twin, \
+                    Worker(scratch / "sandbox", p.threads, max_floats(p), readable=(build.library.parent,)) as box:
                 threads = _thread_note(jd, p.threads)
                 log(threads)
                 box.request({"op": "load", "library": str(build.library), "cdef": PROTOTYPE, "symbol": SYMBOL},
@@ -466,9 +513,13 @@ def evaluate(workdir: Path, options: EvalOptions) -> EvalResult:
                 box.audit("loading the kernel (its constructors ran)")
                 worst, where = run_gate(box, p, gate_seed)
                 log(f"gate passed: {len(p.gate)} shapes, worst error {worst:.3f} of the tolerance ({where})")
-                roof = fma_roofline(p.threads)
-                metrics, spread, table = measure(box, jd, p, "kernel", bench_seed, roof=roof)
-                clock = _clock_note(box, p.threads)
+                probe = Probe.build(scratch)
+                peak = None
+                if probe is not None:
+                    peak = probe.best() * p.threads
+                    probe.size(PROBE_S)
+                metrics, spread, table = measure(box, twin, jd, p, "kernel", bench_seed, probe=probe)
+                clock = _clock_note(p.threads)
         except (GateFailure, SandboxFailure) as exc:
             log(f"failed: {exc}")
             return failed(str(exc))
@@ -479,7 +530,7 @@ def evaluate(workdir: Path, options: EvalOptions) -> EvalResult:
         threads,
         f"cflags.txt: {flags}; speedup = median over quads of pairs of t_numpy / t_kernel (interleaved, "
         f"both orders, fresh inputs; {clock})",
-        roof_note(roof, p.threads),
+        roof_note(peak, p.threads),
         *table,
         f"geometric mean {scalar:.4f}; evaluation took {time.monotonic() - started:.1f} s"
         + (" (quick mode)" if options.quick else ""),
@@ -502,8 +553,10 @@ def baselines(options: EvalOptions) -> dict[str, EvalResult]:
         try:
             # torch runs in the sandbox worker like a candidate, timed the same way from here.
             with tempfile.TemporaryDirectory(prefix="avo-attention-c-") as tmp, judge(p.threads) as jd, \
-                    Worker(Path(tmp), p.threads, max_floats(p), candidate=False) as box:
-                metrics, spread, table = measure(box, jd, p, "torch", derived_seed(options, None, "attention_c torch"))
+                    Worker(Path(tmp) / "twin", p.threads, 1, candidate=False) as twin, \
+                    Worker(Path(tmp) / "box", p.threads, max_floats(p), candidate=False) as box:
+                metrics, spread, table = measure(box, twin, jd, p, "torch",
+                                                 derived_seed(options, None, "attention_c torch"))
             out["torch_sdpa"] = EvalResult(correct=True, metrics=metrics, spread=spread, notes="\n".join(table))
         except (GateFailure, SandboxFailure) as exc:
             out["torch_sdpa"] = failed(f"torch SDPA baseline failed: {exc}")

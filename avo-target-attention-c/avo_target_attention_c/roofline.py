@@ -4,7 +4,13 @@ The notes state each config's kernel GFLOP/s as a fraction of this, so "how clos
 machine" is measured on the same machine, in the same evaluation, as the kernel. The probe
 is trusted code (ours), compiled with ``-O2 -march=native`` and run in the evaluator on its
 pinned CPU: 12 independent chains of vector FMAs (enough to cover 4-cycle latency on two
-pipes), timed with this thread's CPU clock, best of several repetitions.
+pipes), timed with this thread's CPU clock.
+
+The evaluation runs it twice over: best of several repetitions at the start (the peak, for
+the notes), and once beside every timed pair (:meth:`Probe.rate`), so that each config's
+fraction divides the kernel's median by the probe's median over the same minutes. A shared
+host's speed moves by tens of percent between minutes (the probe's best-of-5 read 110-172
+GFLOP/s across one session), and a fraction of a peak taken at another moment moved with it.
 """
 
 from __future__ import annotations
@@ -58,47 +64,74 @@ for _name, _text in {
     PROBE = PROBE.replace(_name, _text)
 
 
-def roof_note(roof: float | None, threads: int) -> str:
+def roof_note(peak: float | None, threads: int) -> str:
     """The notes' line about the roofline the ``roof`` column divides by."""
-    if roof is None:
+    if peak is None:
         return "FMA roofline: not measured (the probe did not build here)"
-    return (f"FMA roofline of the pinned core{'s' if threads > 1 else ''}, measured by this evaluation: {roof:.0f} "
-            f"GFLOP/s ({CHAINS} independent chains of the widest vector FMA); roof = kernel GFLOP/s / roofline")
+    return (f"FMA roofline of the pinned core{'s' if threads > 1 else ''} ({CHAINS} independent chains of the widest "
+            f"vector FMA): peak {peak:.0f} GFLOP/s at the start of this evaluation (best of 5); "
+            "roof = kernel GFLOP/s / the probe's median over runs timed beside the config's calls (the probe column)")
+
+
+class Probe:
+    """The FMA probe, built and loaded; ``None`` from :meth:`build` when no compiler builds it."""
+
+    def __init__(self, lib: Path) -> None:
+        self._probe = ctypes.CDLL(str(lib))
+        self._probe.avo_fma_probe.argtypes = [ctypes.c_long]
+        self._probe.avo_fma_probe.restype = ctypes.c_float
+        self._flops_per_iter = 2.0 * self._probe.avo_lanes() * CHAINS
+        self._iters = self._warm = 1000
+
+    @classmethod
+    def build(cls, folder: Path) -> Probe | None:
+        """Compile the probe into ``folder`` (it must outlive the probe)."""
+        cc = shutil.which("cc") or shutil.which("gcc")
+        if cc is None:
+            return None
+        src, lib = folder / "probe.c", folder / "probe.so"
+        src.write_text(PROBE)
+        proc = subprocess.run([cc, "-O2", "-march=native", "-ffp-contract=fast", "-fPIC", "-shared", "-o", str(lib),
+                               str(src)], capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+        return cls(lib) if proc.returncode == 0 else None
+
+    def size(self, seconds: float) -> None:
+        """Make one run of :meth:`rate` last about ``seconds`` of CPU, after a fifth of that untimed."""
+        iters = 1000
+        while True:
+            t0 = time.thread_time()
+            self._probe.avo_fma_probe(iters)
+            took = time.thread_time() - t0
+            if took >= seconds / 4 or iters > 1 << 34:
+                break
+            iters *= 4
+        self._iters = max(1, int(iters * seconds / max(took, 1e-6)))
+        self._warm = max(1, self._iters // 5)
+
+    def rate(self) -> float:
+        """One run: GFLOP/s of this thread's core (flops per nanosecond of its CPU clock).
+
+        After other code, the first ~20-30 us of wide FMAs run slower (measured in an evaluation on
+        an AVX-512 host: 148 GFLOP/s for a cold 0.2 ms run, 168 for the next one): an untimed
+        warm-up run goes first, so the figure is the core's rate, not its wake-up.
+        """
+        self._probe.avo_fma_probe(self._warm)
+        t0 = time.thread_time_ns()
+        self._probe.avo_fma_probe(self._iters)
+        return self._flops_per_iter * self._iters / max(time.thread_time_ns() - t0, 1)
+
+    def best(self, repeats: int = 5, seconds: float = 0.05) -> float:
+        """The peak: best of ``repeats`` runs of ``seconds`` each."""
+        self.size(seconds)
+        return max(self.rate() for _ in range(repeats))
 
 
 def fma_roofline(threads: int = 1, repeats: int = 5, seconds: float = 0.05) -> float | None:
     """Single-precision FMA peak in GFLOP/s of ``threads`` cores (one core measured, times
     ``threads``), or ``None`` when no compiler builds the probe."""
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        return None
     with tempfile.TemporaryDirectory(prefix="avo-roofline-") as tmp:
-        src, lib = Path(tmp) / "probe.c", Path(tmp) / "probe.so"
-        src.write_text(PROBE)
-        proc = subprocess.run([cc, "-O2", "-march=native", "-ffp-contract=fast", "-fPIC", "-shared", "-o", str(lib),
-                               str(src)], capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
-        if proc.returncode != 0:
-            return None
-        probe = ctypes.CDLL(str(lib))
-        probe.avo_fma_probe.argtypes = [ctypes.c_long]
-        probe.avo_fma_probe.restype = ctypes.c_float
-        lanes = probe.avo_lanes()
-        iters = 1000
-        while True:  # size one repetition to ~``seconds`` of CPU
-            t0 = time.thread_time()
-            probe.avo_fma_probe(iters)
-            took = time.thread_time() - t0
-            if took >= seconds / 4 or iters > 1 << 34:
-                break
-            iters *= 4
-        iters = max(1, int(iters * seconds / max(took, 1e-6)))
-        best = 0.0
-        for _ in range(repeats):
-            t0 = time.thread_time_ns()
-            probe.avo_fma_probe(iters)
-            took_ns = time.thread_time_ns() - t0
-            best = max(best, 2.0 * lanes * CHAINS * iters / max(took_ns, 1))  # flops per ns = GFLOP/s
-        return best * threads
+        probe = Probe.build(Path(tmp))
+        return None if probe is None else probe.best(repeats, seconds) * threads
 
 
 if __name__ == "__main__":

@@ -10,9 +10,11 @@ on a socket (never pickle: nothing the worker sends can run code here).
 
 Everything that judges lives here, outside the worker: the clock (the worker's CPU time read
 from this process with ``clock_gettime`` on its process CPU clock, exact to the nanosecond
-and counting every thread it ever had, minus a no-op round trip measured before the kernel
-was loaded; or wall time with more than one thread per side), the checks of out, and the
-audit of what the kernel started (threads, child processes, CPU used after returning).
+and counting every thread it ever had; or wall time with more than one thread per side),
+the checks of out, and the audit of what the kernel started (threads, child processes, CPU
+used after returning). What a request costs besides the kernel is timed in a second worker
+that never loads candidate code (``candidate=False``), beside every call (see
+``evaluate._pairs``).
 """
 
 from __future__ import annotations

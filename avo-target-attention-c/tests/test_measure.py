@@ -72,9 +72,33 @@ def test_the_fma_roofline_is_measured_and_each_config_is_shown_as_a_fraction_of_
     assert roof is not None and roof > 0
     result = evaluate(candidate(SEED))
     assert result.correct and result.notes is not None
-    assert "FMA roofline of the pinned core, measured by this evaluation:" in result.notes
-    header = next(line for line in result.notes.splitlines() if line.startswith("config"))
-    assert header.split()[-1] == "roof"
+    assert "FMA roofline of the pinned core (12 independent chains" in result.notes
+    lines = result.notes.splitlines()
+    header = next(line for line in lines if line.startswith("config"))
+    assert header.split()[-2:] == ["probe", "roof"]
+    # Every config's roof is its own GFLOP/s over the probe's median beside its own calls.
+    for line in lines[lines.index(header) + 1:lines.index(header) + 9]:
+        cols = line.split()
+        gflops, probe, frac = float(cols[4]), float(cols[7]), float(cols[8].rstrip("%")) / 100
+        assert probe > 0 and frac == pytest.approx(gflops / probe, abs=0.006), line
+
+
+def test_the_no_op_subtracted_is_timed_beside_the_calls_in_a_worker_without_candidate_code(
+        candidate: Make, evaluate: Eval, tmp_path: Path) -> None:
+    import re
+
+    from avo_target_attention_c.sandbox import SandboxFailure, Worker
+
+    result = evaluate(candidate(SEED))
+    assert result.correct and result.notes is not None
+    line = next(x for x in result.notes.splitlines() if x.startswith("no-op round trip subtracted"))
+    low, high, hot = (int(x) for x in re.search(r": (\d+)-(\d+) us; back to back [^:]*: (\d+) us", line).groups())
+    assert 0 < low <= high and hot > 0
+    # The twin is a worker that never loads a kernel: asked to call one, it has none.
+    with Worker(tmp_path / "twin", 1, 1, candidate=False) as twin:
+        twin.request({"op": "noop"}, 10.0, "a no-op")
+        with pytest.raises(SandboxFailure, match="KeyError"):
+            twin.request({"op": "call", "heads": 1, "n": 1, "d": 64, "causal": False}, 10.0, "a call")
 
 
 SPIN_PROBE = """
