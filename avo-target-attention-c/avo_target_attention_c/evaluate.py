@@ -351,7 +351,7 @@ def _pairs(box: Worker, twin: Worker, jd: Judge, p: Plan, cfg: Any, who: str, se
         q, k, v = make_inputs(seed + r, heads, n, D)
         box.put(q, k, v)
         what = f"timed call {r + 1} of {cfg.key}"
-        if r % 2 == 0:  # alternate the order so neither side always runs second
+        if len(pairs) % 2 == 0:  # alternate the order so neither side always runs second (quads)
             t_ref = jd.time_reference(q, k, v, ref_out, causal)
             cost = _call(box, who, heads, n, causal, timeout, f"running {what}")
             noops.append(twin.request({"op": "noop"}, 10.0, f"timing the no-op beside {what}"))
@@ -361,6 +361,8 @@ def _pairs(box: Worker, twin: Worker, jd: Judge, p: Plan, cfg: Any, who: str, se
             t_ref = jd.time_reference(q, k, v, ref_out, causal)
         if check:
             check_timed(box, jd, q, k, v, causal, p.spot_rows, what)
+        if cost.after_busy_gap:
+            continue  # the worker ran before this call (the host, or the kernel): not timed
         costs.append(cost)
         pairs.append((t_ref, 0.0))  # the candidate's time once the round's no-op is known
         if probe is not None:
@@ -374,6 +376,9 @@ def _pairs(box: Worker, twin: Worker, jd: Judge, p: Plan, cfg: Any, who: str, se
         if elapsed >= max_time and len(pairs) >= 4:
             break
     box.audit_tree(f"timing {cfg.key}")
+    if len(pairs) % 2:  # a left-out call ended the round mid-quad: only whole quads
+        pairs.pop()
+        costs.pop()
     plumbing = _plumbing(noops, jd.threads)
     timed = [(t_ref, _candidate_time(c, plumbing, jd.threads)) for (t_ref, _), c in zip(pairs, costs, strict=True)]
     return Round(timed, plumbing, rates)
@@ -440,6 +445,12 @@ def measure(box: Worker, twin: Worker, jd: Judge, p: Plan, who: str, seed: int, 
             f"before the kernel was loaded: {(box.noop.cpu if jd.threads == 1 else box.noop.wall) * 1e6:.0f} us")
     lines.append(line)
     report(line)
+    if box.busy_gaps:
+        line = (f"{len(box.busy_gaps)} timed call(s) left out: the worker used "
+                f"{', '.join(f'{g * 1e3:.1f}' for g in box.busy_gaps)} ms of CPU since its previous reply "
+                "(a host that took the CPU, or work after returning)")
+        lines.append(line)
+        report(line)
     if slow:
         line = (f"quads left out, timed while the machine ran slow (their reference-first NumPy call over "
                 f"{SLOW_FACTOR:g}x the config's {SLOW_PERCENTILE * 100:.0f}th percentile): {', '.join(slow)}")

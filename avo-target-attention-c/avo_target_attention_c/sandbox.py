@@ -45,6 +45,13 @@ MAX_REPLY = 1 << 16
 # microseconds an honest worker shows, far below any useful amount of work.
 OFF_THREAD_S = 0.0005
 IDLE_S = 0.002
+# A gap over IDLE_S is tolerated this many times per evaluation (the request after it is
+# marked, and its timing pair left out): measured on a KVM guest, an honest 1-thread worker
+# showed 4.1 ms of CPU in one gap while the host stole the vCPUs (steal time 57 s in 17 min),
+# and the evaluation failed as if the kernel had kept running. A kernel that does work
+# after returning does it after every call and still fails; done a few times, it only
+# loses those pairs.
+BUSY_GAPS_ALLOWED = 2
 # With more threads, OpenMP's idle threads spin a little after each region (libgomp's
 # GOMP_SPINCOUNT, ~0.1-1 ms) and a clock read while threads run on other CPUs lags by up
 # to a tick, so only the total counts there: CPU between calls beyond this many seconds,
@@ -66,6 +73,7 @@ class CallTime:
     cpu: float
     main: float
     wall: float
+    after_busy_gap: bool = False  # the worker used CPU (over IDLE_S) since its last reply
 
 
 def _signal_text(returncode: int) -> str:
@@ -179,6 +187,7 @@ class Worker:
         self._last_cpu: int | None = None
         self._idle_total = 0.0  # CPU seconds the worker used between replies and requests
         self._calls_total = 0.0  # and during requests
+        self.busy_gaps: list[float] = []  # CPU seconds of each gap over IDLE_S (1 thread)
         self._started = False
         self._reply(START_TIMEOUT_S, "starting the sandbox worker")
         self._started = True
@@ -309,14 +318,21 @@ class Worker:
     def request(self, req: dict[str, Any], timeout: float, what: str) -> CallTime:
         """Send one request, wait for its reply, and return what it cost as seen from here."""
         c0, m0, t0 = self._cpu_ns(), self._main_ns(), time.perf_counter_ns()
+        busy = False
         if self._last_cpu is not None and self.candidate:
             idle = (c0 - self._last_cpu) * 1e-9
             self._idle_total += idle
             if self.threads == 1 and idle > IDLE_S:
-                self._kill()
-                raise SandboxFailure(
-                    f"the kernel kept running after it returned: {idle * 1e3:.1f} ms of CPU between replies, "
-                    f"before {what} (work done after returning is off the clock, so it is not allowed)")
+                self.busy_gaps.append(idle)
+                busy = True
+                if len(self.busy_gaps) > BUSY_GAPS_ALLOWED:
+                    self._kill()
+                    shown = ", ".join(f"{g * 1e3:.1f}" for g in self.busy_gaps)
+                    raise SandboxFailure(
+                        f"the kernel kept running after it returned: {shown} ms of CPU between replies, "
+                        f"{len(self.busy_gaps)} times, the last before {what} (work done after returning is off the "
+                        f"clock, so it is not allowed; {BUSY_GAPS_ALLOWED} such gaps are tolerated per evaluation, "
+                        "for a host that takes the CPU)")
             if self._idle_total > max(IDLE_TOTAL_S, IDLE_TOTAL_FRACTION * self._calls_total):
                 self._kill()
                 raise SandboxFailure(
@@ -331,7 +347,7 @@ class Worker:
         t1, c1, m1 = time.perf_counter_ns(), self._cpu_ns(), self._main_ns()
         self._last_cpu = c1
         self._calls_total += (c1 - c0) * 1e-9
-        return CallTime((c1 - c0) * 1e-9, (m1 - m0) * 1e-9, (t1 - t0) * 1e-9)
+        return CallTime((c1 - c0) * 1e-9, (m1 - m0) * 1e-9, (t1 - t0) * 1e-9, busy)
 
     # -- shared memory ---------------------------------------------------------------------------
 

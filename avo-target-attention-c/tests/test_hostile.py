@@ -267,3 +267,52 @@ def test_a_thread_that_keeps_working_after_the_call_returns_is_detected(
     result = evaluate(candidate(kernel, cflags="-pthread"))
     assert not result.correct and result.error is not None
     assert result.error.startswith("the kernel kept running after it returned")
+
+
+# A SIGALRM handler the kernel installs runs on the worker's own (only) thread while the worker
+# waits for its next request: CPU between a reply and the next request, off the clock.
+ALARM = """#include <signal.h>
+#include <sys/time.h>
+#include <time.h>
+static double thread_cpu(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+static void burn(int sig)
+{
+    (void)sig;
+    const double until = thread_cpu() + 0.004; /* 4 ms of CPU, twice the per-gap limit */
+    while (thread_cpu() < until) {}
+}
+static int calls;
+static void arm(void)
+{
+    struct sigaction sa = {0};
+    sa.sa_handler = burn;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGALRM, &sa, NULL);
+    struct itimerval it = {{0, 0}, {0, 200}}; /* once, 0.2 ms after the call returns */
+    setitimer(ITIMER_REAL, &it, NULL);
+}
+"""
+
+
+def test_cpu_in_one_gap_between_calls_costs_only_that_pair_and_is_reported(candidate: Make, evaluate: Eval) -> None:
+    # What a host that steals the vCPU looks like from outside (measured: 4.1 ms in one gap of
+    # an honest v1 evaluation, which then failed as if the kernel had kept running).
+    kernel = hostile(ALARM, "    HONEST;\n    if (++calls == 30) arm();")
+    result = evaluate(candidate(kernel))
+    assert result.correct, result.error
+    assert result.notes is not None
+    line = next(x for x in result.notes.splitlines() if "timed call(s) left out" in x)
+    assert line.startswith("1 timed call(s) left out: the worker used "), line
+
+
+def test_cpu_between_calls_again_and_again_is_still_a_failure(candidate: Make, evaluate: Eval) -> None:
+    kernel = hostile(ALARM, "    HONEST;\n    if (++calls >= 30) arm();")
+    result = evaluate(candidate(kernel))
+    assert not result.correct and result.error is not None
+    assert result.error.startswith("the kernel kept running after it returned:"), result.error
+    assert "3 times" in result.error and "2 such gaps are tolerated per evaluation" in result.error
