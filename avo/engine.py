@@ -925,6 +925,17 @@ def _migrant_tree(lineage: Lineage, migrant: Migrant, limits: WorkLimits) -> str
         raise CandidateError(f"the donor's backup cannot be read: {str(exc).splitlines()[0]}") from None
 
 
+def kept_files_folder(diff_path: Path) -> Path:
+    """Where a discarded candidate's files go that only its own ``.gitignore`` ignored (beside its diff)."""
+    return diff_path.with_name(diff_path.stem + "-ignored-files")
+
+
+def _kept_note(moved: list[str], where: Path) -> str:
+    shown = ", ".join(moved[:5]) + (f" and {len(moved) - 5} more" if len(moved) > 5 else "")
+    return (f"{shown}: ignored only by the discarded candidate's own .gitignore (so in no diff), and untracked "
+            f"under the best version's: moved to {where} instead of deleted")
+
+
 def _archive_late_edits(run: Run, step: int, measured: str, notes: list[str], since: str | None = None) -> bool:
     """Archive in rejected/ how work/ differs from ``measured`` (edits made while a candidate was
     evaluated), before a reset replaces work/; whether nothing was written since ``since``.
@@ -1113,7 +1124,11 @@ def submit(
             # Tags stay as recover() left them; work/ untouched since the snapshot (so no migrant's):
             # reset from its index. Not when the snapshot started from another HEAD: its index holds
             # files work/.git's own index may not track (an ignored file `git rm --cached` kept).
-            lineage.reset_hard(best.sha, (tree, kept) if unchanged and head == best.sha else None)
+            ignored = kept_files_folder(diff_path)
+            moved = lineage.reset_hard(best.sha, (tree, kept) if unchanged and head == best.sha else None,
+                                       keep_into=ignored)
+            if moved:
+                notes.append(_kept_note(moved, ignored.relative_to(paths.root)))
             append_trajectory(paths, record)
             paths.journal.unlink(missing_ok=True)
         kept.unlink(missing_ok=True)
@@ -1143,7 +1158,8 @@ def revert(run: Run, message: str | None = None) -> Path | None:
             path = run.paths.rejected / f"reverted-{stamp}-step{step:04d}.diff"
             header = f"# reverted before submit (step {step})" + (f": {note}" if note else "")
             path.write_text(header.replace("\n", " ") + "\n" + diff)
-        run.lineage.reset_hard(best.sha)
+        # A changed .gitignore is in the diff: files only it ignored go beside the diff (revert_line names them).
+        run.lineage.reset_hard(best.sha, keep_into=kept_files_folder(path) if path else None)
         append_trajectory(run.paths, {"kind": "revert", "step": step, "message": note or None,
                                       "diff": str(path.relative_to(run.paths.root)) if path else None,
                                       "tree": tree if path else None, "best_before": best.n})

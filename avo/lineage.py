@@ -1075,7 +1075,8 @@ class Lineage:
             self._write_index(index, self.tree_of(sha))
             os.replace(index, self.work / ".git" / "index")
 
-    def reset_hard(self, sha: str, snapshot: tuple[str, Path] | None = None) -> None:
+    def reset_hard(self, sha: str, snapshot: tuple[str, Path] | None = None, keep_into: Path | None = None
+                   ) -> list[str]:
         """Make the work tree exactly ``sha`` (ignored files are kept).
 
         ``snapshot``: ``(tree, index)``, what :meth:`snapshot_tree` returned and the index it
@@ -1085,12 +1086,51 @@ class Lineage:
         ignore rules do not cover) is removed, every other file made ``sha``'s. Only while
         the candidate's ``.gitignore`` files are ``sha``'s: otherwise what a clean removes is
         decided by other rules, and both processes run. Empty folders stay (git tracks none).
+
+        ``keep_into``: where files go that only the discarded work's own ``.gitignore`` files
+        ignored (returned, relative to work/). No snapshot or diff holds them (they were
+        ignored), and under ``sha``'s rules they are untracked: a clean would delete them. So
+        when work/'s ignore files differ from ``sha``'s, work/ is cleaned under its own rules
+        first, reset, and what is then untracked is moved there instead of deleted.
         """
         self._on_branch()
         if snapshot is not None and self._reset_from(sha, *snapshot):
-            return
+            return []
+        if keep_into is None or not self._own_ignore_rules(sha):
+            self.git("reset", "-q", "--hard", sha)
+            self.git("clean", "-q", "-fd")
+            return []
+        self.git("clean", "-q", "-fd")  # untracked under work/'s own rules: in the archived diff
         self.git("reset", "-q", "--hard", sha)
-        self.git("clean", "-q", "-fd")
+        left = self.git_bytes("ls-files", "-z", "--others", "--exclude-standard")
+        moved = []
+        for raw in filter(None, left.split(b"\0")):
+            rel = os.fsdecode(raw)
+            dest = keep_into / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(self.work / rel, dest)
+            moved.append(rel)
+        return moved
+
+    def _own_ignore_rules(self, sha: str) -> bool:
+        """Whether work/'s ``.gitignore`` files (the rules a clean goes by) are not ``sha``'s."""
+        theirs = {path: blob for mode, blob, path in self._walk(self.tree_of(sha))
+                  if path.rpartition("/")[2] == ".gitignore"}
+        ours: dict[str, str] = {}
+        for root, dirs, files in os.walk(self.work):
+            if root == str(self.work):
+                dirs[:] = [d for d in dirs if d != ".git"]
+            if ".gitignore" in files:
+                path = os.path.join(root, ".gitignore")
+                try:
+                    fd = open_regular(path, follow_links=False, why="git would wait on it")
+                except (OSError, AvoError):
+                    return True  # a link, a pipe: take the careful path
+                with os.fdopen(fd, "rb") as fh:
+                    if os.fstat(fh.fileno()).st_size > _REFS_FILE_MAX:
+                        return True  # no real ignore file is this large; nothing is read whole
+                    ours[os.path.relpath(path, self.work).replace(os.sep, "/")] = blob_id(fh.read())
+        return ours != theirs
 
     def _reset_from(self, sha: str, candidate: str, index: Path) -> bool:
         target = self.tree_of(sha)

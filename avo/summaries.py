@@ -130,8 +130,13 @@ def revert_line(path: Path | None, run: Run) -> str:
     best = run.state.best_version
     if path is None:
         return f"nothing to revert; work/ is v{best.n}"
+    from avo.engine import kept_files_folder
+
+    kept = kept_files_folder(path)
+    also = (f"; files only its own .gitignore ignored (untracked under v{best.n}'s) were moved to {_rel(kept, run)}"
+            if kept.is_dir() else "")
     return (f"reverted work/ to v{best.n}; the discarded diff is {_rel(path, run)} "
-            "(recorded as an attempt: `avo log --attempts`)")
+            f"(recorded as an attempt: `avo log --attempts`){also}")
 
 
 def work_dirty(run: Run) -> bool | None:

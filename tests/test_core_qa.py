@@ -577,6 +577,51 @@ def _work_files(work: Path) -> dict[str, tuple[bytes, bool]]:
     return out
 
 
+@pytest.mark.parametrize("how", ["rejected", "reverted"])
+def test_a_file_only_the_discarded_candidates_gitignore_ignored_is_kept_in_rejected_not_deleted(
+        toy: Path, runs_root: Path, core_plugins: None, how: str) -> None:
+    # The candidate ignores its own helper data (*.bin in its .gitignore, next to data.bin).
+    # Discarded, its .gitignore goes back to the best's, under which data.bin is an ordinary
+    # untracked file: `git clean` deleted it, and it was in no diff (the snapshot ignored it).
+    from avo.engine import revert
+
+    run = start_run(str(toy), runs_root, sandbox="none")
+    work = run.paths.work
+    (work / ".gitignore").write_text("*.log\n")
+    set_constants(work, x=5.0)
+    assert submit(run, "better, with ignore rules").outcome == "accepted"
+    best = _work_files(work)
+
+    set_constants(work, x=1.0)
+    (work / ".gitignore").write_text("*.log\n*.bin\n")
+    (work / "data").mkdir()
+    (work / "data" / "table.bin").write_bytes(b"\x00\x01 precious")
+    (work / "run.log").write_text("ignored by both\n")
+    if how == "rejected":
+        out = submit(run, "worse")
+        assert out.outcome == "rejected"
+        notes = out.notes
+    else:
+        from avo.summaries import revert_line
+
+        line = revert_line(revert(run, "abandoned"), run)
+        assert "files only its own .gitignore ignored" in line and "-ignored-files" in line, line
+        notes = []
+    now = _work_files(work)
+    assert now.pop("run.log") == (b"ignored by both\n", False)  # ignored by the best's rules too: stays
+    assert now == best  # work/ is exactly the best version
+    kept = list(run.paths.rejected.rglob("table.bin"))
+    assert len(kept) == 1 and kept[0].read_bytes() == b"\x00\x01 precious", list(run.paths.rejected.rglob("*"))
+    assert kept[0].relative_to(run.paths.rejected).parts[1:] == ("data", "table.bin")
+    assert kept[0].parents[1].name.endswith("-ignored-files")
+    if how == "rejected":
+        assert any("data/table.bin" in n and str(kept[0].parent.parent.relative_to(run.paths.root)) in n
+                   for n in notes), notes
+    status = subprocess.run(["git", "-C", str(work), "status", "--porcelain"], capture_output=True, text=True,
+                            check=True)
+    assert status.stdout == ""
+
+
 @pytest.mark.parametrize("rules_changed", [False, True], ids=["same-ignore-rules", "candidate-changes-gitignore"])
 def test_a_rejected_candidate_leaves_work_exactly_the_best_version(
         toy: Path, runs_root: Path, core_plugins: None, rules_changed: bool) -> None:
