@@ -44,7 +44,9 @@ def export_run(run: object, dest: Path, *, plot: bool = True) -> list[Path]:
     for name in COPIED_DIRS:
         if (run.paths.root / name).is_dir():
             shutil.rmtree(dest / name, ignore_errors=True)
-            shutil.copytree(run.paths.root / name, dest / name)
+            # Files a discarded candidate's own .gitignore ignored (build output, data) are the
+            # agent's working files, kept in the run; the export is the record.
+            shutil.copytree(run.paths.root / name, dest / name, ignore=shutil.ignore_patterns("*-ignored-files"))
             written.append(dest / name)
     if plot:
         from avo.plot import plot_run

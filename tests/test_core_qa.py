@@ -579,7 +579,7 @@ def _work_files(work: Path) -> dict[str, tuple[bytes, bool]]:
 
 @pytest.mark.parametrize("how", ["rejected", "reverted"])
 def test_a_file_only_the_discarded_candidates_gitignore_ignored_is_kept_in_rejected_not_deleted(
-        toy: Path, runs_root: Path, core_plugins: None, how: str) -> None:
+        toy: Path, runs_root: Path, core_plugins: None, how: str, tmp_path: Path) -> None:
     # The candidate ignores its own helper data (*.bin in its .gitignore, next to data.bin).
     # Discarded, its .gitignore goes back to the best's, under which data.bin is an ordinary
     # untracked file: `git clean` deleted it, and it was in no diff (the snapshot ignored it).
@@ -617,6 +617,12 @@ def test_a_file_only_the_discarded_candidates_gitignore_ignored_is_kept_in_rejec
     if how == "rejected":
         assert any("data/table.bin" in n and str(kept[0].parent.parent.relative_to(run.paths.root)) in n
                    for n in notes), notes
+        # They are the agent's working files: an export (the record) leaves them out.
+        from avo.examples import export_run
+
+        export_run(open_run(str(run.paths.root), runs_root), tmp_path / "export", plot=False)
+        assert (tmp_path / "export" / "rejected" / "step0002-rejected.diff").is_file()
+        assert not list((tmp_path / "export").rglob("table.bin"))
     status = subprocess.run(["git", "-C", str(work), "status", "--porcelain"], capture_output=True, text=True,
                             check=True)
     assert status.stdout == ""
