@@ -52,6 +52,9 @@ IDLE_S = 0.002
 # after returning does it after every call and still fails; done a few times, it only
 # loses those pairs.
 BUSY_GAPS_ALLOWED = 2
+# CPU the worker may show between the evaluator writing fresh inputs and its request for
+# them (microseconds apart): more counts as a busy gap, whatever the gap's total.
+AFTER_PUT_S = 0.0001
 # With more threads, OpenMP's idle threads spin a little after each region (libgomp's
 # GOMP_SPINCOUNT, ~0.1-1 ms) and a clock read while threads run on other CPUs lags by up
 # to a tick, so only the total counts there: CPU between calls beyond this many seconds,
@@ -188,6 +191,7 @@ class Worker:
         self._idle_total = 0.0  # CPU seconds the worker used between replies and requests
         self._calls_total = 0.0  # and during requests
         self.busy_gaps: list[float] = []  # CPU seconds of each gap over IDLE_S (1 thread)
+        self._put_cpu: int | None = None  # the worker's CPU clock when the last inputs were written
         self._started = False
         self._reply(START_TIMEOUT_S, "starting the sandbox worker")
         self._started = True
@@ -322,14 +326,16 @@ class Worker:
         if self._last_cpu is not None and self.candidate:
             idle = (c0 - self._last_cpu) * 1e-9
             self._idle_total += idle
-            if self.threads == 1 and idle > IDLE_S:
+            since_put = (c0 - self._put_cpu) * 1e-9 if self._put_cpu is not None else 0.0
+            if self.threads == 1 and (idle > IDLE_S or since_put > AFTER_PUT_S):
                 self.busy_gaps.append(idle)
                 busy = True
                 if len(self.busy_gaps) > BUSY_GAPS_ALLOWED:
                     self._kill()
                     shown = ", ".join(f"{g * 1e3:.1f}" for g in self.busy_gaps)
                     raise SandboxFailure(
-                        f"the kernel kept running after it returned: {shown} ms of CPU between replies, "
+                        f"the kernel kept running after it returned: {shown} ms of CPU between replies (or "
+                        "between the next inputs being written and their call), "
                         f"{len(self.busy_gaps)} times, the last before {what} (work done after returning is off the "
                         f"clock, so it is not allowed; {BUSY_GAPS_ALLOWED} such gaps are tolerated per evaluation, "
                         "for a host that takes the CPU)")
@@ -339,6 +345,7 @@ class Worker:
                     f"the kernel kept running after it returned: {self._idle_total:.2f} s of CPU between replies "
                     f"against {self._calls_total:.2f} s during calls, before {what} (threads must be idle when "
                     "the call returns: work done after returning is off the clock)")
+        self._put_cpu = None
         try:
             self.sock.sendall((json.dumps(req) + "\n").encode())
         except OSError:
@@ -359,6 +366,8 @@ class Worker:
     def put(self, q: Any, k: Any, v: Any) -> None:
         """Write the inputs, fill out with NaN (poison) and the cells around it with the canary."""
         size = q.size
+        if self.candidate:
+            self._put_cpu = self._cpu_ns()
         sq, sk, sv, _ = self.views(size)
         sq[:], sk[:], sv[:] = q.reshape(-1), k.reshape(-1), v.reshape(-1)
         m, f = self.max_floats, self.flat

@@ -8,6 +8,7 @@ only the rows a checker might look at, and reading the target's own files.
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 from avo.models import EvalOptions, EvalResult
 from avo.sandbox import probe
-from conftest import PACKAGE, SEED, hostile
+from conftest import PACKAGE, SEED, SIGNATURE, hostile
 
 from avo_target_attention_c.evaluate import evaluate as run_evaluation
 
@@ -316,3 +317,67 @@ def test_cpu_between_calls_again_and_again_is_still_a_failure(candidate: Make, e
     assert not result.correct and result.error is not None
     assert result.error.startswith("the kernel kept running after it returned:"), result.error
     assert "3 times" in result.error and "2 such gaps are tolerated per evaluation" in result.error
+
+
+# Inputs used to be written into the shared memory before the reference-first pair's NumPy
+# call: for the 3-25 ms that took, the worker idled with the next call's inputs in reach. A
+# timer's signal handler (on the worker's only thread, so no thread to find) computed out
+# then, under the 2 ms of CPU a gap may show, and the call itself returned at once.
+PRECOMPUTE = """#include <math.h>
+#include <signal.h>
+#include <sys/time.h>
+static const float *Q, *K, *V;
+static float *O;
+static int H, N, Dd, C;
+static volatile sig_atomic_t done;
+static void early(int sig)
+{
+    (void)sig;
+    size_t last = (size_t)H * N * Dd - 1;
+    if (O == NULL || done || !isnan(O[0]) || !isnan(O[last]))
+        return; /* no fresh inputs yet: out still holds the last result */
+    honest(Q, K, V, O, H, N, Dd, C);
+    done = 1;
+}
+"""
+PRECOMPUTE_BODY = """    static int armed, same;
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGALRM);
+    sigprocmask(SIG_BLOCK, &block, &old); /* never inside its own call */
+    same = (Q == q && H == heads && N == n && C == causal) ? same + 1 : 0;
+    if (!(done && same))
+        HONEST;
+    done = 0;
+    Q = q; K = k; V = v; O = out; H = heads; N = n; Dd = d; C = causal;
+    if (!armed && same >= 2) { /* past the gate: the timed calls repeat one shape */
+        struct sigaction sa = {0};
+        sa.sa_handler = early;
+        sa.sa_flags = SA_RESTART;
+        sigaction(SIGALRM, &sa, NULL);
+        struct itimerval it = {{0, 200}, {0, 200}};
+        setitimer(ITIMER_REAL, &it, NULL);
+        armed = 1;
+    }
+    sigprocmask(SIG_SETMASK, &old, NULL);"""
+
+
+def test_a_signal_handler_that_computes_out_before_the_call_gains_nothing(
+        candidate: Make, evaluate: Eval, tmp_path: Path) -> None:
+    # Around a fast kernel (round three's v1), whose work fits in what a gap may use.
+    import subprocess
+
+    bundle = Path(__file__).resolve().parents[2] / "examples" / "attention_c-run3" / "lineage.bundle"
+    subprocess.run(["git", "clone", "-q", str(bundle), str(tmp_path / "run3")], check=True)
+    v1 = subprocess.run(["git", "-C", str(tmp_path / "run3"), "show", "v1:kernel.c"], check=True,
+                        capture_output=True, text=True).stdout
+    sneaky = ("#define _GNU_SOURCE\n" + v1.replace("void attention(", "static void honest(") + PRECOMPUTE
+              + f"{SIGNATURE}\n{{\n" + PRECOMPUTE_BODY.replace("HONEST", "honest(q, k, v, out, heads, n, d, causal)")
+              + "\n}\n")
+    flags = "-march=native -pthread"
+    honest, cheat = evaluate(candidate(v1, cflags=flags)), evaluate(candidate(sneaky, cflags=flags))
+    assert honest.correct, honest.error
+    assert cheat.correct, cheat.error  # it does its work, only early
+    # Measured on the parent: n128 causal 13.5 against 4.7, non-causal 8.3 against 3.3.
+    gain = math.sqrt(math.prod(cheat.metrics[key] / honest.metrics[key] for key in ("n128_noncausal", "n128_causal")))
+    assert gain < 1.6, (gain, honest.metrics, cheat.metrics)
