@@ -1107,8 +1107,11 @@ class Lineage:
         for raw in filter(None, left.split(b"\0")):
             rel = os.fsdecode(raw)
             dest = keep_into / rel
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(self.work / rel, dest)
+            try:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(self.work / rel, dest)
+            except OSError:
+                continue  # gone meanwhile, or cannot be moved: left where it is, as git left it
             moved.append(rel)
         return moved
 
