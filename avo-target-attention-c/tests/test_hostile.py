@@ -377,7 +377,9 @@ def test_a_signal_handler_that_computes_out_before_the_call_gains_nothing(
     flags = "-march=native -pthread"
     honest, cheat = evaluate(candidate(v1, cflags=flags)), evaluate(candidate(sneaky, cflags=flags))
     assert honest.correct, honest.error
-    assert cheat.correct, cheat.error  # it does its work, only early
+    if not cheat.correct:  # its handler caught running between a put and a call, three times
+        assert cheat.error is not None and cheat.error.startswith("the kernel kept running after it returned")
+        return
     # Measured on the parent: n128 causal 13.5 against 4.7, non-causal 8.3 against 3.3.
     gain = math.sqrt(math.prod(cheat.metrics[key] / honest.metrics[key] for key in ("n128_noncausal", "n128_causal")))
     assert gain < 1.6, (gain, honest.metrics, cheat.metrics)
