@@ -35,6 +35,10 @@ class GateFailure(Exception):
     """The candidate computed something wrong; the message says what and where."""
 
 
+class TooBusyToTime(Exception):
+    """The wall clock moved too much to time anything (more than one thread per side)."""
+
+
 def log(msg: str) -> None:
     """Progress and full diagnostics go to stderr, which avo keeps in the evaluation log."""
     print(f"[attention_c] {msg}", file=sys.stderr, flush=True)
@@ -424,8 +428,21 @@ def measure(box: Worker, twin: Worker, jd: Judge, p: Plan, who: str, seed: int, 
             plumbing.append(got.plumbing)
     slow: list[str] = []
     unsteady: list[str] = []
+    contended: list[str] = []
+    steadiness: list[str] = []
     for cfg in p.configs:
         pairs = collected[cfg.key]
+        if jd.threads > 1 and p.steady is not None:
+            worst = ""
+            for side, times in (("NumPy", [t for t, _ in pairs]), (who, [t for _, t in pairs])):
+                fast = sorted(times)[int(SLOW_PERCENTILE * len(times))]
+                swing = statistics.median(times) / fast
+                steadiness.append(f"{cfg.key} {side} {swing:.2f}")
+                if swing > p.steady and not worst:
+                    worst = (f"{side}'s calls at {cfg.key} took a median of {statistics.median(times) * 1e3:.2f} ms "
+                             f"against {fast * 1e3:.2f} ms at their fastest tenth")
+            if worst:
+                contended.append(worst)
         ratios, dropped = speed_gated(pairs)
         if dropped:
             slow.append(f"{cfg.key} {dropped} of {len(pairs) // 2}")
@@ -442,6 +459,17 @@ def measure(box: Worker, twin: Worker, jd: Judge, p: Plan, who: str, seed: int, 
         if rates[cfg.key]:
             roof = statistics.median(rates[cfg.key])
             line += f"{roof:>7.0f}{gflops / roof:>6.0%}"
+        lines.append(line)
+        report(line)
+    if contended:
+        raise TooBusyToTime(
+            f"not timed: the machine was too busy for a {jd.threads}-thread measurement on the wall clock: "
+            + "; ".join(contended[:3]) + (f" (and {len(contended) - 3} more configs)" if len(contended) > 3 else "")
+            + f" (over {p.steady:g}x). A ratio timed so measures the contention, not the kernel: evaluate again "
+            "when the machine is quieter (one thread per side is timed on CPU clocks and holds up under load)")
+    if steadiness:
+        line = (f"median / fastest tenth of the calls (wall clock; over {p.steady:g}x is refused): "
+                + ", ".join(steadiness))
         lines.append(line)
         report(line)
     line = (f"no-op round trip subtracted from each call (timed beside the calls in a kernel-free twin worker, "
@@ -535,7 +563,7 @@ def evaluate(workdir: Path, options: EvalOptions) -> EvalResult:
                     probe.size(PROBE_S)
                 metrics, spread, table = measure(box, twin, jd, p, "kernel", bench_seed, probe=probe)
                 clock = _clock_note(p.threads)
-        except (GateFailure, SandboxFailure) as exc:
+        except (GateFailure, SandboxFailure, TooBusyToTime) as exc:
             log(f"failed: {exc}")
             return failed(str(exc))
     scalar = geometric_mean(metrics.values())
@@ -573,6 +601,6 @@ def baselines(options: EvalOptions) -> dict[str, EvalResult]:
                 metrics, spread, table = measure(box, twin, jd, p, "torch",
                                                  derived_seed(options, None, "attention_c torch"))
             out["torch_sdpa"] = EvalResult(correct=True, metrics=metrics, spread=spread, notes="\n".join(table))
-        except (GateFailure, SandboxFailure) as exc:
+        except (GateFailure, SandboxFailure, TooBusyToTime) as exc:
             out["torch_sdpa"] = failed(f"torch SDPA baseline failed: {exc}")
     return out

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from avo.models import EvalOptions, EvalResult
-from conftest import SEED
+from conftest import SEED, hostile
 
 from avo_target_attention_c.evaluate import baselines, input_seeds
 from avo_target_attention_c.settings import plan
@@ -146,3 +146,25 @@ def test_with_two_threads_the_references_blas_threads_sleep_between_calls() -> N
 
     assert burnt("judge-first") < 0.03  # CPU seconds other threads used in 0.25 s after a call
     assert burnt("numpy-first") > 0.05
+
+
+def test_with_two_threads_a_config_whose_calls_swing_is_refused_not_scored(
+        candidate: Make, evaluate: Eval, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Wall-clock calls that swing measure the machine's contention, and a ratio of them was
+    # once accepted as a 40 % gain (settings.STEADY_2T). Here the swing is the kernel's own:
+    # every other call sleeps 5 ms (no CPU, so no rule about work between calls applies).
+    import avo_target_attention_c.evaluate as ev
+    from avo_target_attention_c.settings import STEADY_2T, BenchConfig
+
+    monkeypatch.setenv("AVO_ATTENTION_C_THREADS", "2")
+    small = plan(True).model_copy(update={"configs": [BenchConfig(heads=2, n=64, causal=False)], "steady": STEADY_2T})
+    monkeypatch.setattr(ev, "plan", lambda quick: small)
+    kernel = hostile("#include <unistd.h>\nstatic int calls;\n", "    HONEST;\n    if (++calls % 2) usleep(5000);")
+    result = evaluate(candidate(kernel))
+    assert not result.correct and result.error is not None
+    assert result.error.startswith("not timed: the machine was too busy for a 2-thread measurement"), result.error
+    assert "kernel's calls at n64_noncausal took a median of" in result.error
+    # Quick mode (tests, demos: microsecond calls that swing with every wake-up) never refuses.
+    monkeypatch.setattr(ev, "plan", lambda quick: small.model_copy(update={"steady": None}))
+    quick = evaluate(candidate(kernel))
+    assert quick.correct, quick.error
