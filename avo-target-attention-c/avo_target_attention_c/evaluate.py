@@ -292,6 +292,27 @@ def relative_iqr(values: list[float]) -> float:
     return (q[2] - q[0]) / q[1]
 
 
+EMPTY_KERNEL = "void attention(const float *q, const float *k, const float *v, float *out,\n" \
+    "               int heads, int n, int d, int causal)\n{\n    (void)q; (void)k; (void)v; (void)out;\n" \
+    "    (void)heads; (void)n; (void)d; (void)causal;\n}\n"
+
+
+def empty_twin(scratch: Path, threads: int) -> Worker:
+    """The twin worker of an evaluation, with the empty kernel built and loaded (``scratch`` its own)."""
+    source = scratch / "empty"
+    source.mkdir(parents=True)
+    (source / "kernel.c").write_text(EMPTY_KERNEL)
+    build = compile_kernel(source, scratch / "empty-build")
+    twin = Worker(scratch / "worker", threads, 1, readable=(build.library.parent,), candidate=False)
+    try:
+        twin.request({"op": "load", "library": str(build.library), "cdef": PROTOTYPE, "symbol": SYMBOL},
+                     60.0, "loading the empty kernel into the twin worker")
+    except BaseException:
+        twin.close()
+        raise
+    return twin
+
+
 def _candidate_time(cost: Any, plumbing: float, threads: int) -> float:
     """The candidate's seconds: the worker's CPU (1 thread) or wall time, minus ``plumbing``."""
     return max((cost.cpu if threads == 1 else cost.wall) - plumbing, 1e-7)
@@ -320,12 +341,14 @@ def _pairs(box: Worker, twin: Worker, jd: Judge, p: Plan, cfg: Any, who: str, se
     config's earlier rounds) and this round: a slow phase of the machine lengthens the
     round, up to its maximum, instead of filling it.
 
-    What a call costs besides the kernel (the worker's socket read, JSON and cffi dispatch)
-    is a no-op round trip, timed right after every candidate call, under the same conditions
-    (caches taken by the reference, the checks and the kernel), in ``twin``: a second worker
-    that never loads candidate code, so no kernel can make what is subtracted grow.
-    Measured back to back before the kernel was loaded, a no-op ran hot and was 50-80 us
-    short of what it costs here, which was charged to every call.
+    What a call costs besides the kernel (the worker's socket read, JSON, cffi dispatch and
+    reply) is the same request to an empty function (:data:`EMPTY_KERNEL`, ours), timed right
+    after every candidate call, under the same conditions (caches taken by the reference, the
+    checks and the kernel), in ``twin``: a second worker that never loads candidate code, so
+    no kernel can make what is subtracted grow. Measured back to back before the kernel was
+    loaded, a no-op ran hot and was 50-80 us short of what it costs here, and a no-op beside
+    the calls still 37-44 us short of an empty call's cost (round four's operator), all of it
+    charged to every call.
     ``probe``: the FMA probe, run once after every pair (the roof column's denominator).
     """
     import numpy as np
@@ -349,6 +372,7 @@ def _pairs(box: Worker, twin: Worker, jd: Judge, p: Plan, cfg: Any, who: str, se
     pairs: list[tuple[float, float]] = []
     costs: list[Any] = []
     noops: list[Any] = []
+    empty = {"op": "call", "heads": heads, "n": n, "d": D, "causal": causal}
     rates: list[float] = []
     started = time.perf_counter()
     for r in range(max_pairs):
@@ -361,11 +385,11 @@ def _pairs(box: Worker, twin: Worker, jd: Judge, p: Plan, cfg: Any, who: str, se
             t_ref = jd.time_reference(q, k, v, ref_out, causal)
             box.put(q, k, v)
             cost = _call(box, who, heads, n, causal, timeout, f"running {what}")
-            noops.append(twin.request({"op": "noop"}, 10.0, f"timing the no-op beside {what}"))
+            noops.append(twin.request(empty, 10.0, f"timing the empty call beside {what}"))
         else:
             box.put(q, k, v)
             cost = _call(box, who, heads, n, causal, timeout, f"running {what}")
-            noops.append(twin.request({"op": "noop"}, 10.0, f"timing the no-op beside {what}"))
+            noops.append(twin.request(empty, 10.0, f"timing the empty call beside {what}"))
             t_ref = jd.time_reference(q, k, v, ref_out, causal)
         if check:
             check_timed(box, jd, q, k, v, causal, p.spot_rows, what)
@@ -433,16 +457,15 @@ def measure(box: Worker, twin: Worker, jd: Judge, p: Plan, who: str, seed: int, 
     for cfg in p.configs:
         pairs = collected[cfg.key]
         if jd.threads > 1 and p.steady is not None:
-            worst = ""
+            swings = []
             for side, times in (("NumPy", [t for t, _ in pairs]), (who, [t for _, t in pairs])):
                 fast = sorted(times)[int(SLOW_PERCENTILE * len(times))]
-                swing = statistics.median(times) / fast
-                steadiness.append(f"{cfg.key} {side} {swing:.2f}")
-                if swing > p.steady and not worst:
-                    worst = (f"{side}'s calls at {cfg.key} took a median of {statistics.median(times) * 1e3:.2f} ms "
-                             f"against {fast * 1e3:.2f} ms at their fastest tenth")
-            if worst:
-                contended.append(worst)
+                swings.append((statistics.median(times) / fast, side, statistics.median(times), fast))
+                steadiness.append(f"{cfg.key} {side} {swings[-1][0]:.2f}")
+            swing, side, median, fast = max(swings)
+            if swing > p.steady:
+                contended.append(f"{side}'s calls at {cfg.key} took a median of {median * 1e3:.2f} ms against "
+                                 f"{fast * 1e3:.2f} ms at their fastest tenth")
         ratios, dropped = speed_gated(pairs)
         if dropped:
             slow.append(f"{cfg.key} {dropped} of {len(pairs) // 2}")
@@ -472,9 +495,10 @@ def measure(box: Worker, twin: Worker, jd: Judge, p: Plan, who: str, seed: int, 
                 + ", ".join(steadiness))
         lines.append(line)
         report(line)
-    line = (f"no-op round trip subtracted from each call (timed beside the calls in a kernel-free twin worker, "
-            f"median per config and round): {min(plumbing) * 1e6:.0f}-{max(plumbing) * 1e6:.0f} us; back to back "
-            f"before the kernel was loaded: {(box.noop.cpu if jd.threads == 1 else box.noop.wall) * 1e6:.0f} us")
+    line = (f"subtracted from each call: an empty call timed beside it in a twin worker without candidate code "
+            f"(median per config and round) {min(plumbing) * 1e6:.0f}-{max(plumbing) * 1e6:.0f} us; a no-op back "
+            f"to back before the kernel was loaded: {(box.noop.cpu if jd.threads == 1 else box.noop.wall) * 1e6:.0f}"
+            " us")
     lines.append(line)
     report(line)
     if box.busy_gaps:
@@ -547,7 +571,7 @@ def evaluate(workdir: Path, options: EvalOptions) -> EvalResult:
         try:
             # The twin first: without a sandbox, the candidate's worker counts the processes
             # started after it as the kernel's children.
-            with judge(p.threads) as jd, Worker(scratch / "twin", p.threads, 1, candidate=False) as twin, \
+            with judge(p.threads) as jd, empty_twin(scratch / "twin", p.threads) as twin, \
                     Worker(scratch / "sandbox", p.threads, max_floats(p), readable=(build.library.parent,)) as box:
                 threads = _thread_note(jd, p.threads)
                 log(threads)
@@ -563,7 +587,7 @@ def evaluate(workdir: Path, options: EvalOptions) -> EvalResult:
                     probe.size(PROBE_S)
                 metrics, spread, table = measure(box, twin, jd, p, "kernel", bench_seed, probe=probe)
                 clock = _clock_note(p.threads)
-        except (GateFailure, SandboxFailure, TooBusyToTime) as exc:
+        except (GateFailure, SandboxFailure, TooBusyToTime, BuildError) as exc:
             log(f"failed: {exc}")
             return failed(str(exc))
     scalar = geometric_mean(metrics.values())
@@ -596,11 +620,11 @@ def baselines(options: EvalOptions) -> dict[str, EvalResult]:
         try:
             # torch runs in the sandbox worker like a candidate, timed the same way from here.
             with tempfile.TemporaryDirectory(prefix="avo-attention-c-") as tmp, judge(p.threads) as jd, \
-                    Worker(Path(tmp) / "twin", p.threads, 1, candidate=False) as twin, \
+                    empty_twin(Path(tmp) / "twin", p.threads) as twin, \
                     Worker(Path(tmp) / "box", p.threads, max_floats(p), candidate=False) as box:
                 metrics, spread, table = measure(box, twin, jd, p, "torch",
                                                  derived_seed(options, None, "attention_c torch"))
             out["torch_sdpa"] = EvalResult(correct=True, metrics=metrics, spread=spread, notes="\n".join(table))
-        except (GateFailure, SandboxFailure, TooBusyToTime) as exc:
+        except (GateFailure, SandboxFailure, TooBusyToTime, BuildError) as exc:
             out["torch_sdpa"] = failed(f"torch SDPA baseline failed: {exc}")
     return out

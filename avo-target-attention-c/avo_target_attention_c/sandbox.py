@@ -13,8 +13,8 @@ from this process with ``clock_gettime`` on its process CPU clock, exact to the 
 and counting every thread it ever had; or wall time with more than one thread per side),
 the checks of out, and the audit of what the kernel started (threads, child processes, CPU
 used after returning). What a request costs besides the kernel is timed in a second worker
-that never loads candidate code (``candidate=False``), beside every call (see
-``evaluate._pairs``).
+that never loads candidate code (``candidate=False``, an empty kernel of ours), beside every
+call (see ``evaluate._pairs``).
 """
 
 from __future__ import annotations
@@ -52,8 +52,9 @@ IDLE_S = 0.002
 # after returning does it after every call and still fails; done a few times, it only
 # loses those pairs.
 BUSY_GAPS_ALLOWED = 2
-# CPU the worker may show between the evaluator writing fresh inputs and its request for
-# them (microseconds apart): more counts as a busy gap, whatever the gap's total.
+# With more threads per side (wall clock from the request), CPU the worker may show between
+# the evaluator writing fresh inputs and its request for them (microseconds apart): more
+# counts as a busy gap. With one thread the worker's CPU clock runs from the write.
 AFTER_PUT_S = 0.0001
 # With more threads, OpenMP's idle threads spin a little after each region (libgomp's
 # GOMP_SPINCOUNT, ~0.1-1 ms) and a clock read while threads run on other CPUs lags by up
@@ -191,7 +192,7 @@ class Worker:
         self._idle_total = 0.0  # CPU seconds the worker used between replies and requests
         self._calls_total = 0.0  # and during requests
         self.busy_gaps: list[float] = []  # CPU seconds of each gap over IDLE_S (1 thread)
-        self._put_cpu: int | None = None  # the worker's CPU clock when the last inputs were written
+        self._put: tuple[int, int] | None = None  # the worker's clocks when the last inputs were written
         self._started = False
         self._reply(START_TIMEOUT_S, "starting the sandbox worker")
         self._started = True
@@ -322,13 +323,20 @@ class Worker:
     def request(self, req: dict[str, Any], timeout: float, what: str) -> CallTime:
         """Send one request, wait for its reply, and return what it cost as seen from here."""
         c0, m0, t0 = self._cpu_ns(), self._main_ns(), time.perf_counter_ns()
+        since_put = 0.0
+        if self._put is not None:
+            since_put = (c0 - self._put[0]) * 1e-9
+            if self.threads == 1:
+                # The worker's clocks run from the moment its inputs were written: what it does
+                # from there (a signal handler computing out early) is the call's.
+                c0, m0 = self._put
         busy = False
         if self._last_cpu is not None and self.candidate:
             idle = (c0 - self._last_cpu) * 1e-9
             self._idle_total += idle
-            since_put = (c0 - self._put_cpu) * 1e-9 if self._put_cpu is not None else 0.0
-            if self.threads == 1 and (idle > IDLE_S or since_put > AFTER_PUT_S):
-                self.busy_gaps.append(idle)
+            over = idle > IDLE_S if self.threads == 1 else since_put > AFTER_PUT_S
+            if over:
+                self.busy_gaps.append(idle if self.threads == 1 else since_put)
                 busy = True
                 if len(self.busy_gaps) > BUSY_GAPS_ALLOWED:
                     self._kill()
@@ -345,7 +353,7 @@ class Worker:
                     f"the kernel kept running after it returned: {self._idle_total:.2f} s of CPU between replies "
                     f"against {self._calls_total:.2f} s during calls, before {what} (threads must be idle when "
                     "the call returns: work done after returning is off the clock)")
-        self._put_cpu = None
+        self._put = None
         try:
             self.sock.sendall((json.dumps(req) + "\n").encode())
         except OSError:
@@ -367,7 +375,7 @@ class Worker:
         """Write the inputs, fill out with NaN (poison) and the cells around it with the canary."""
         size = q.size
         if self.candidate:
-            self._put_cpu = self._cpu_ns()
+            self._put = (self._cpu_ns(), self._main_ns())
         sq, sk, sv, _ = self.views(size)
         sq[:], sk[:], sv[:] = q.reshape(-1), k.reshape(-1), v.reshape(-1)
         m, f = self.max_floats, self.flat

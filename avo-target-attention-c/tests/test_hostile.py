@@ -8,7 +8,6 @@ only the rows a checker might look at, and reading the target's own files.
 
 from __future__ import annotations
 
-import math
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -329,22 +328,19 @@ PRECOMPUTE = """#include <math.h>
 static const float *Q, *K, *V;
 static float *O;
 static int H, N, Dd, C;
-static volatile sig_atomic_t done;
+static volatile sig_atomic_t done, in_call;
 static void early(int sig)
 {
     (void)sig;
     size_t last = (size_t)H * N * Dd - 1;
-    if (O == NULL || done || !isnan(O[0]) || !isnan(O[last]))
+    if (in_call || O == NULL || done || !isnan(O[0]) || !isnan(O[last]))
         return; /* no fresh inputs yet: out still holds the last result */
     honest(Q, K, V, O, H, N, Dd, C);
     done = 1;
 }
 """
 PRECOMPUTE_BODY = """    static int armed, same;
-    sigset_t block, old;
-    sigemptyset(&block);
-    sigaddset(&block, SIGALRM);
-    sigprocmask(SIG_BLOCK, &block, &old); /* never inside its own call */
+    in_call = 1; /* the handler stands aside during the kernel's own call */
     same = (Q == q && H == heads && N == n && C == causal) ? same + 1 : 0;
     if (!(done && same))
         HONEST;
@@ -359,11 +355,11 @@ PRECOMPUTE_BODY = """    static int armed, same;
         setitimer(ITIMER_REAL, &it, NULL);
         armed = 1;
     }
-    sigprocmask(SIG_SETMASK, &old, NULL);"""
+    in_call = 0;"""
 
 
 def test_a_signal_handler_that_computes_out_before_the_call_gains_nothing(
-        candidate: Make, evaluate: Eval, tmp_path: Path) -> None:
+        candidate: Make, evaluate: Eval, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Around a fast kernel (round three's v1), whose work fits in what a gap may use.
     import subprocess
 
@@ -375,11 +371,18 @@ def test_a_signal_handler_that_computes_out_before_the_call_gains_nothing(
               + f"{SIGNATURE}\n{{\n" + PRECOMPUTE_BODY.replace("HONEST", "honest(q, k, v, out, heads, n, d, causal)")
               + "\n}\n")
     flags = "-march=native -pthread"
+    # One config of 8 heads of 128, causal: ~0.15 ms a call, well inside a gap's 2 ms and the
+    # 0.5 ms a call may show off its thread, and well above the plumbing's noise.
+    import avo_target_attention_c.evaluate as ev
+    from avo_target_attention_c.settings import BenchConfig, plan
+
+    one = plan(False).model_copy(update={"configs": [BenchConfig(heads=8, n=128, causal=True)], "rounds": 1,
+                                         "min_pairs": 16, "max_pairs": 40, "min_time": 0.2, "max_time": 2.0})
+    monkeypatch.setattr(ev, "plan", lambda quick: one)
     honest, cheat = evaluate(candidate(v1, cflags=flags)), evaluate(candidate(sneaky, cflags=flags))
     assert honest.correct, honest.error
     if not cheat.correct:  # its handler caught running between a put and a call, three times
         assert cheat.error is not None and cheat.error.startswith("the kernel kept running after it returned")
         return
-    # Measured on the parent: n128 causal 13.5 against 4.7, non-causal 8.3 against 3.3.
-    gain = math.sqrt(math.prod(cheat.metrics[key] / honest.metrics[key] for key in ("n128_noncausal", "n128_causal")))
-    assert gain < 1.6, (gain, honest.metrics, cheat.metrics)
+    gain = cheat.metrics["n128_causal"] / honest.metrics["n128_causal"]
+    assert gain < 1.5, (gain, honest.metrics, cheat.metrics)

@@ -83,22 +83,24 @@ def test_the_fma_roofline_is_measured_and_each_config_is_shown_as_a_fraction_of_
         assert probe > 0 and frac == pytest.approx(gflops / probe, abs=0.006), line
 
 
-def test_the_no_op_subtracted_is_timed_beside_the_calls_in_a_worker_without_candidate_code(
+def test_what_is_subtracted_is_an_empty_call_timed_beside_the_calls_in_a_worker_without_candidate_code(
         candidate: Make, evaluate: Eval, tmp_path: Path) -> None:
     import re
 
-    from avo_target_attention_c.sandbox import SandboxFailure, Worker
+    from avo_target_attention_c.evaluate import empty_twin
 
     result = evaluate(candidate(SEED))
     assert result.correct and result.notes is not None
-    line = next(x for x in result.notes.splitlines() if x.startswith("no-op round trip subtracted"))
-    low, high, hot = (int(x) for x in re.search(r": (\d+)-(\d+) us; back to back [^:]*: (\d+) us", line).groups())
+    line = next(x for x in result.notes.splitlines() if x.startswith("subtracted from each call"))
+    found = re.search(r"\) (\d+)-(\d+) us; a no-op back to back [^:]*: (\d+) us", line)
+    assert found is not None, line
+    low, high, hot = (int(x) for x in found.groups())
     assert 0 < low <= high and hot > 0
-    # The twin is a worker that never loads a kernel: asked to call one, it has none.
-    with Worker(tmp_path / "twin", 1, 1, candidate=False) as twin:
-        twin.request({"op": "noop"}, 10.0, "a no-op")
-        with pytest.raises(SandboxFailure, match="KeyError"):
-            twin.request({"op": "call", "heads": 1, "n": 1, "d": 64, "causal": False}, 10.0, "a call")
+    # The twin holds our empty kernel and nothing of the candidate's.
+    with empty_twin(tmp_path / "twin", 1) as twin:
+        maps = Path(f"/proc/{twin.pid}/maps").read_text()
+        assert "empty-build/libkernel.so" in maps and "cand" not in maps
+        twin.request({"op": "call", "heads": 1, "n": 1, "d": 64, "causal": False}, 10.0, "an empty call")
 
 
 SPIN_PROBE = """
@@ -159,11 +161,11 @@ def test_with_two_threads_a_config_whose_calls_swing_is_refused_not_scored(
     monkeypatch.setenv("AVO_ATTENTION_C_THREADS", "2")
     small = plan(True).model_copy(update={"configs": [BenchConfig(heads=2, n=64, causal=False)], "steady": STEADY_2T})
     monkeypatch.setattr(ev, "plan", lambda quick: small)
-    kernel = hostile("#include <unistd.h>\nstatic int calls;\n", "    HONEST;\n    if (++calls % 2) usleep(5000);")
+    kernel = hostile("#include <unistd.h>\nstatic int calls;\n", "    HONEST;\n    if (++calls % 3) usleep(5000);")
     result = evaluate(candidate(kernel))
     assert not result.correct and result.error is not None
     assert result.error.startswith("not timed: the machine was too busy for a 2-thread measurement"), result.error
-    assert "kernel's calls at n64_noncausal took a median of" in result.error
+    assert "kernel's calls at n64_noncausal took a median of" in result.error, result.error
     # Quick mode (tests, demos: microsecond calls that swing with every wake-up) never refuses.
     monkeypatch.setattr(ev, "plan", lambda quick: small.model_copy(update={"steady": None}))
     quick = evaluate(candidate(kernel))
