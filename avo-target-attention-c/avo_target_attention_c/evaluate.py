@@ -319,7 +319,7 @@ def _candidate_time(cost: Any, plumbing: float, threads: int) -> float:
 
 
 def _plumbing(noops: list[Any], threads: int) -> float:
-    """The median of no-op round trips timed beside a config's calls (CPU, or wall with threads)."""
+    """The median of the twin's empty calls timed beside a config's calls (CPU, or wall with threads)."""
     return statistics.median(t.cpu if threads == 1 else t.wall for t in noops)
 
 
@@ -532,9 +532,9 @@ def _thread_note(jd: Judge, threads: int) -> str:
 
 def _clock_note(threads: int) -> str:
     if threads == 1:
-        return ("kernel: CPU time of the whole sandbox worker read from outside, minus a no-op round trip timed "
-                "beside the calls; NumPy: CPU time of the evaluator's thread")
-    return "both: wall-clock time measured by the evaluator (kernel minus a no-op round trip timed beside the calls)"
+        return ("kernel: CPU time of the whole sandbox worker read from outside, from the write of its inputs, minus "
+                "an empty call timed beside the calls; NumPy: CPU time of the evaluator's thread")
+    return "both: wall-clock time measured by the evaluator (kernel minus an empty call timed beside the calls)"
 
 
 # -- the whole evaluation ------------------------------------------------------------------
