@@ -158,13 +158,19 @@ def refuse_waiting_files(work: Path) -> None:
                 continue  # a dangling link: git reads nothing there
 
 
+def _walk_work(work: Path) -> Iterator[tuple[str, list[str], list[str]]]:
+    """``os.walk`` of the work tree, its ``.git`` left out."""
+    for root, dirs, files in os.walk(work):
+        if root == str(work):
+            dirs[:] = [d for d in dirs if d != ".git"]
+        yield root, dirs, files
+
+
 def refuse_waiting_ignores(work: Path) -> None:
     """:func:`refuse_waiting_files` for every ``.gitignore`` and ``.gitattributes`` under
     ``work``, which ``git add`` and ``git status`` open in each folder they list (the .git
     files are checked before every git process)."""
-    for root, dirs, files in os.walk(work):
-        if root == str(work):
-            dirs[:] = [d for d in dirs if d != ".git"]
+    for root, dirs, files in _walk_work(work):
         for name in _GIT_READS:
             if name in files or name in dirs:
                 path = os.path.join(root, name)
@@ -1120,9 +1126,7 @@ class Lineage:
         theirs = {path: blob for mode, blob, path in self._walk(self.tree_of(sha))
                   if path.rpartition("/")[2] == ".gitignore"}
         ours: dict[str, str] = {}
-        for root, dirs, files in os.walk(self.work):
-            if root == str(self.work):
-                dirs[:] = [d for d in dirs if d != ".git"]
+        for root, _dirs, files in _walk_work(self.work):
             if ".gitignore" in files:
                 path = os.path.join(root, ".gitignore")
                 try:

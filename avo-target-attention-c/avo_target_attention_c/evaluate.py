@@ -15,7 +15,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -257,7 +257,7 @@ MIN_KEPT_QUADS = 6  # fewer quads at speed than this: use them all (and say so)
 PROBE_S = 0.0005  # one run of the FMA probe beside each pair (plus its warm-up): ~2-15 % of a pair's time
 
 
-def at_speed(pairs: list[tuple[float, float]]) -> list[bool]:
+def at_speed(pairs: Sequence[tuple[float, Any]]) -> list[bool]:
     """Per quad of ``pairs``, whether the machine ran at its usual speed (:data:`SLOW_FACTOR`).
 
     The signal is the reference-first pair's NumPy time: trusted (the evaluator's own call)
@@ -318,14 +318,14 @@ def _candidate_time(cost: Any, plumbing: float, threads: int) -> float:
     return max((cost.cpu if threads == 1 else cost.wall) - plumbing, 1e-7)
 
 
-def _plumbing(noops: list[Any], threads: int) -> float:
+def _plumbing(empties: list[Any], threads: int) -> float:
     """The median of the twin's empty calls timed beside a config's calls (CPU, or wall with threads)."""
-    return statistics.median(t.cpu if threads == 1 else t.wall for t in noops)
+    return statistics.median(t.cpu if threads == 1 else t.wall for t in empties)
 
 
 @dataclass
 class Round:
-    """One config's round: its (t_ref, t_cand) pairs, the no-op subtracted, the probe's runs (GFLOP/s)."""
+    """One config's round: its (t_ref, t_cand) pairs, the empty call subtracted, the probe's runs (GFLOP/s)."""
 
     pairs: list[tuple[float, float]]
     plumbing: float
@@ -369,9 +369,8 @@ def _pairs(box: Worker, twin: Worker, jd: Judge, p: Plan, cfg: Any, who: str, se
     jd.time_reference(q, k, v, ref_out, causal)
     min_pairs, max_pairs = (2 * math.ceil(x / rounds / 2) for x in (p.min_pairs, p.max_pairs))
     min_time, max_time = p.min_time / rounds, p.max_time / rounds
-    pairs: list[tuple[float, float]] = []
-    costs: list[Any] = []
-    noops: list[Any] = []
+    pairs: list[tuple[float, Any]] = []  # (t_ref, the candidate call's cost), the empty call not yet subtracted
+    empties: list[Any] = []
     empty = {"op": "call", "heads": heads, "n": n, "d": D, "causal": causal}
     rates: list[float] = []
     started = time.perf_counter()
@@ -381,22 +380,19 @@ def _pairs(box: Worker, twin: Worker, jd: Judge, p: Plan, cfg: Any, who: str, se
         # The inputs go to the worker right before its call, never before the reference: for
         # the 3-25 ms NumPy takes, a kernel's signal handler computed out early, in a gap's
         # allowance (the request after a put also counts what the worker ran since the put).
-        if len(pairs) % 2 == 0:  # alternate the order so neither side always runs second (quads)
+        reference_first = len(pairs) % 2 == 0  # alternate the order so neither side always runs second (quads)
+        if reference_first:
             t_ref = jd.time_reference(q, k, v, ref_out, causal)
-            box.put(q, k, v)
-            cost = _call(box, who, heads, n, causal, timeout, f"running {what}")
-            noops.append(twin.request(empty, 10.0, f"timing the empty call beside {what}"))
-        else:
-            box.put(q, k, v)
-            cost = _call(box, who, heads, n, causal, timeout, f"running {what}")
-            noops.append(twin.request(empty, 10.0, f"timing the empty call beside {what}"))
+        box.put(q, k, v)
+        cost = _call(box, who, heads, n, causal, timeout, f"running {what}")
+        empties.append(twin.request(empty, 10.0, f"timing the empty call beside {what}"))
+        if not reference_first:
             t_ref = jd.time_reference(q, k, v, ref_out, causal)
         if check:
             check_timed(box, jd, q, k, v, causal, p.spot_rows, what)
         if cost.after_busy_gap:
             continue  # the worker ran before this call (the host, or the kernel): not timed
-        costs.append(cost)
-        pairs.append((t_ref, 0.0))  # the candidate's time once the round's no-op is known
+        pairs.append((t_ref, cost))
         if probe is not None:
             rates.append(probe.rate() * jd.threads)
         elapsed = time.perf_counter() - started
@@ -410,10 +406,8 @@ def _pairs(box: Worker, twin: Worker, jd: Judge, p: Plan, cfg: Any, who: str, se
     box.audit_tree(f"timing {cfg.key}")
     if len(pairs) % 2:  # a left-out call ended the round mid-quad: only whole quads
         pairs.pop()
-        costs.pop()
-    plumbing = _plumbing(noops, jd.threads)
-    timed = [(t_ref, _candidate_time(c, plumbing, jd.threads)) for (t_ref, _), c in zip(pairs, costs, strict=True)]
-    return Round(timed, plumbing, rates)
+    plumbing = _plumbing(empties, jd.threads)
+    return Round([(t_ref, _candidate_time(c, plumbing, jd.threads)) for t_ref, c in pairs], plumbing, rates)
 
 
 def measure(box: Worker, twin: Worker, jd: Judge, p: Plan, who: str, seed: int, check: bool = True,

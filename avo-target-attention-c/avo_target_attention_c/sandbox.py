@@ -77,7 +77,7 @@ class CallTime:
     cpu: float
     main: float
     wall: float
-    after_busy_gap: bool = False  # the worker used CPU (over IDLE_S) since its last reply
+    after_busy_gap: bool = False  # the worker used CPU since its last reply (IDLE_S) or its inputs (AFTER_PUT_S)
 
 
 def _signal_text(returncode: int) -> str:
@@ -191,7 +191,7 @@ class Worker:
         self._last_cpu: int | None = None
         self._idle_total = 0.0  # CPU seconds the worker used between replies and requests
         self._calls_total = 0.0  # and during requests
-        self.busy_gaps: list[float] = []  # CPU seconds of each gap over IDLE_S (1 thread)
+        self.busy_gaps: list[float] = []  # CPU seconds of each gap over IDLE_S (or AFTER_PUT_S, more threads)
         self._put: tuple[int, int] | None = None  # the worker's clocks when the last inputs were written
         self._started = False
         self._reply(START_TIMEOUT_S, "starting the sandbox worker")
