@@ -8,6 +8,7 @@ only the rows a checker might look at, and reading the target's own files.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -280,9 +281,19 @@ static double thread_cpu(void)
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
+static volatile sig_atomic_t in_call;
+static void later(void)
+{
+    struct itimerval it = {{0, 0}, {0, 200}}; /* once, 0.2 ms from now */
+    setitimer(ITIMER_REAL, &it, NULL);
+}
 static void burn(int sig)
 {
     (void)sig;
+    if (in_call) { /* the next request came within 0.2 ms: wait for a gap instead */
+        later();
+        return;
+    }
     const double until = thread_cpu() + 0.004; /* 4 ms of CPU, twice the per-gap limit */
     while (thread_cpu() < until) {}
 }
@@ -293,8 +304,7 @@ static void arm(void)
     sa.sa_handler = burn;
     sa.sa_flags = SA_RESTART;
     sigaction(SIGALRM, &sa, NULL);
-    struct itimerval it = {{0, 0}, {0, 200}}; /* once, 0.2 ms after the call returns */
-    setitimer(ITIMER_REAL, &it, NULL);
+    later();
 }
 """
 
@@ -302,16 +312,19 @@ static void arm(void)
 def test_cpu_in_one_gap_between_calls_costs_only_that_pair_and_is_reported(candidate: Make, evaluate: Eval) -> None:
     # What a host that steals the vCPU looks like from outside (measured: 4.1 ms in one gap of
     # an honest v1 evaluation, which then failed as if the kernel had kept running).
-    kernel = hostile(ALARM, "    HONEST;\n    if (++calls == 30) arm();")
+    kernel = hostile(ALARM, "    in_call = 1;\n    HONEST;\n    if (++calls == 30) arm();\n    in_call = 0;")
     result = evaluate(candidate(kernel))
     assert result.correct, result.error
     assert result.notes is not None
     line = next(x for x in result.notes.splitlines() if "timed call(s) left out" in x)
-    assert line.startswith("1 timed call(s) left out: the worker used "), line
+    # The handler's 4 ms is one of the gaps; the host may have taken the CPU in another.
+    match = re.match(r"([12]) timed call\(s\) left out: the worker used ([\d., ]+) ms of CPU", line)
+    assert match, line
+    assert any(float(g) >= 3.9 for g in match[2].split(", ")), line
 
 
 def test_cpu_between_calls_again_and_again_is_still_a_failure(candidate: Make, evaluate: Eval) -> None:
-    kernel = hostile(ALARM, "    HONEST;\n    if (++calls >= 30) arm();")
+    kernel = hostile(ALARM, "    in_call = 1;\n    HONEST;\n    if (++calls >= 30) arm();\n    in_call = 0;")
     result = evaluate(candidate(kernel))
     assert not result.correct and result.error is not None
     assert result.error.startswith("the kernel kept running after it returned:"), result.error
