@@ -60,13 +60,16 @@ class NoiseSpec(BaseModel):
 
     ``band`` is the relative spread of one measurement (0.03 = ±3 %). A candidate whose
     gain over the best is inside the band is re-measured ``confirm_runs`` times,
-    interleaved with the best version, and the medians decide.
+    interleaved with the best version, and the medians decide. With ``recheck_gains`` a
+    gain beyond the band is measured once more before it is taken: one look is where a
+    lucky draw, or a machine that slowed the reference, would enter the lineage.
     """
 
     model_config = ConfigDict(extra="forbid")
 
     band: float = Field(0.0, ge=0.0, lt=1.0)
     confirm_runs: int = Field(3, ge=1, le=50)
+    recheck_gains: bool = True
 
 
 class WorkLimits(BaseModel):

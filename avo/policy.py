@@ -8,7 +8,9 @@ With a declared noise band, a gain inside the band is not taken on one measureme
 candidate and the best version are re-measured alternately and the medians decide. To be
 accepted there the candidate's median must beat the incumbent's by the band's standard
 error (``band / sqrt(runs)``), so a change that is only noise (a new random seed, say)
-does not enter the lineage as progress.
+does not enter the lineage as progress. A gain beyond the band is measured once more
+(``NoiseSpec.recheck_gains``, avo/engine.py): kept at the lower draw when both are beyond
+it, decided by the medians as above when the second is not.
 """
 
 from __future__ import annotations

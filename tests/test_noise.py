@@ -22,6 +22,14 @@ EVALUATOR = textwrap.dedent(
     counter.write_text(str(i + 1))
     noise = random.Random(i).uniform(-0.03, 0.03)   # ±3 % measurement noise
     true = 100.0 * ns["QUALITY"]
+    seen = Path(os.environ["NOISE_COUNTER"] + "." + str(ns.get("SEED")))  # looks at this model so far
+    looks = int(seen.read_text()) if seen.exists() else 0
+    seen.write_text(str(looks + 1))
+    if ns.get("LUCKY") and looks == 0:
+        noise = 0.30   # its first draw ran while the machine slowed the other side
+    if ns.get("FLAKY") and looks == 1:
+        print(json.dumps({"correct": False, "error": "wrong answer on the second look"}))
+        sys.exit(0)
     print(json.dumps({"correct": True, "metrics": {"speed": true * (1 + noise)}}))
     """
 )
@@ -51,8 +59,8 @@ def noisy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return target
 
 
-def set_model(work: Path, quality: float, seed: int = 42) -> None:
-    (work / "model.py").write_text(f"QUALITY = {quality}\nSEED = {seed}\n")
+def set_model(work: Path, quality: float, seed: int = 42, extra: str = "") -> None:
+    (work / "model.py").write_text(f"QUALITY = {quality}\nSEED = {seed}\n{extra}")
 
 
 def test_a_seed_change_that_is_only_noise_does_not_enter_the_lineage(
@@ -78,13 +86,57 @@ def test_a_real_gain_inside_the_band_is_confirmed(noisy: Path, runs_root: Path, 
     assert out.version.scalar == pytest.approx(104.5, rel=0.03)  # the median, not the first draw
 
 
-def test_clear_gains_and_losses_are_decided_at_once(noisy: Path, runs_root: Path, core_plugins: None) -> None:
+def test_clear_gains_and_losses_are_decided_without_the_interleaved_confirmation(
+        noisy: Path, runs_root: Path, core_plugins: None) -> None:
     run = start_run(str(noisy), runs_root)
     set_model(run.paths.work, 1.2)
     out = submit(run, "20 % better")
-    assert out.outcome == "accepted" and "confirm" not in read_trajectory(run.paths)[-1]
+    record = read_trajectory(run.paths)[-1]
+    assert out.outcome == "accepted" and "confirm" not in record
+    # A gain beyond the band is looked at twice, and the lower of the two draws is recorded.
+    first, second = record["recheck"]["scalars"]
+    assert out.version is not None and out.version.scalar == min(first, second) == record["scalar"]
+    assert "measured twice" in out.reason
     set_model(run.paths.work, 0.8)
-    assert submit(run, "much worse").outcome == "rejected"
+    out = submit(run, "much worse")
+    assert out.outcome == "rejected" and "recheck" not in read_trajectory(run.paths)[-1]
+
+
+def test_one_lucky_draw_beyond_the_band_does_not_enter_the_lineage(
+        noisy: Path, runs_root: Path, core_plugins: None) -> None:
+    # Round four's 2-thread attention_c step 1 was accepted at +40 % on one evaluation while
+    # the load slowed the reference; re-measured, it was 27.6 % lower. Here: a change that is
+    # no change, whose first draw reads 30 % high.
+    run = start_run(str(noisy), runs_root, stall_limit=10)
+    set_model(run.paths.work, 1.0, 7, "LUCKY = True\n")
+    out = submit(run, "a lucky draw")
+    assert out.outcome == "rejected", out.reason
+    assert "inside the noise band" in out.reason
+    record = read_trajectory(run.paths)[-1]
+    assert record["recheck"]["scalars"][0] == pytest.approx(130.0)
+    assert record["confirm"]["candidate"][:2] == record["recheck"]["scalars"]  # both draws count there
+    assert len(run.state.versions) == 1
+
+
+def test_a_candidate_that_fails_its_second_look_is_rejected(noisy: Path, runs_root: Path, core_plugins: None) -> None:
+    run = start_run(str(noisy), runs_root)
+    set_model(run.paths.work, 1.3, 8, "FLAKY = True\n")
+    out = submit(run, "right once")
+    assert out.outcome == "rejected"
+    assert "measured again" in out.reason and "wrong answer on the second look" in out.reason
+    assert read_trajectory(run.paths)[-1]["recheck"]["error"] == "wrong answer on the second look"
+    assert len(run.state.versions) == 1
+
+
+def test_a_target_can_take_gains_beyond_the_band_on_one_look(noisy: Path, runs_root: Path, core_plugins: None) -> None:
+    spec = noisy / "target.yaml"
+    spec.write_text(spec.read_text().replace("confirm_runs: 5}", "confirm_runs: 5, recheck_gains: false}"))
+    run = start_run(str(noisy), runs_root)
+    set_model(run.paths.work, 1.0, 7, "LUCKY = True\n")
+    out = submit(run, "a lucky draw, taken")
+    assert out.outcome == "accepted" and out.version is not None
+    assert out.version.scalar == pytest.approx(130.0)
+    assert "recheck" not in read_trajectory(run.paths)[-1]
 
 
 def test_policy_rules() -> None:

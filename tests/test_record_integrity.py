@@ -569,14 +569,16 @@ def test_a_kill_between_the_two_writes_of_an_append_is_healed(
 
 def test_edited_terms_are_refused_then_restored(toy: Path, runs_root: Path, core_plugins: None) -> None:
     run = started(toy, runs_root)
-    # Flip the direction, widen the noise band and raise the work limit: all pinned by v0.
+    # Flip the direction, widen the noise band, take gains on one look and raise the work
+    # limit: all pinned by v0.
     edit_json(run.paths.run_json, lambda d: (d["target"].update(direction="minimize"),
-                                             d["options"]["noise"].update(band=0.5),
+                                             d["options"]["noise"].update(band=0.5, recheck_gains=False),
                                              d["target"]["work_limits"].update(files=10**9)))
     code, out = avo("status")
     assert code == 1
     assert "run.json's target.direction is 'minimize', but the run started with 'maximize'" in out
     assert "run.json's options.noise.band is 0.5, but the run started with 0.0" in out
+    assert "run.json's options.noise.recheck_gains is False, but the run started with True" in out
     assert "run.json's target.work_limits.files is 1000000000" in out
     code, out = avo("recover")
     assert code == 0 and "target.direction 'minimize' -> 'maximize'" in out, out
