@@ -8,7 +8,6 @@ submit that was killed half-way.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import secrets
@@ -411,15 +410,48 @@ def _regain_git_dir(run: Run, notes: list[str]) -> bool:
     return True
 
 
+def _write_journal(paths: RunPaths, body: dict[str, Any]) -> None:
+    """What a submit still has to write if it is killed from here, signed with the run's key."""
+    from avo.run_key import signed
+
+    write_json_atomic(paths.journal, signed(paths, body))
+
+
+def _journal_problem(paths: RunPaths, state: RunState, journal: dict[str, Any] | None) -> str | None:
+    """Why a journal was not written by avo for the submit in flight (``None``: it was)."""
+    if journal is None:
+        return "it is not signed with the run's key"
+    step, record, diff_path = journal.get("step"), journal.get("record"), journal.get("diff_path")
+    if journal.get("kind") not in ("accept", "reject") or not isinstance(step, int) or not isinstance(record, dict):
+        return "it is not a submit's journal"
+    if record.get("kind") != "submit" or record.get("step") != step or step not in (state.steps, state.steps + 1):
+        return f"its record is not step {state.steps + 1}'s submit"
+    if diff_path is not None and Path(str(diff_path)).resolve().parent != paths.rejected.resolve():
+        return "its diff is not in rejected/"
+    return None
+
+
 def _finish_journal(run: Run, notes: list[str]) -> None:
     """Finish or undo a submit that was killed half-way (its journal says how far it got)."""
+    from avo.run_key import verified
+
     paths, state, lineage = run.paths, run.state, run.lineage
     try:
-        journal = json.loads(paths.journal.read_text())
-    except (OSError, json.JSONDecodeError):
-        journal = {}
-    step = int(journal.get("step", -1))
-    record = journal.get("record")
+        journal = verified(paths, paths.journal.read_bytes())
+    except OSError:
+        journal = None
+    problem = _journal_problem(paths, state, journal)
+    if problem is not None or journal is None:
+        # A journal avo did not write would have its record appended to the trajectory as
+        # avo's own (re-measurements that move the policy's reference, a supervisor answer)
+        # and its diff path deleted: nothing in it is applied, and it is kept for reading.
+        aside = paths.private / f"ignored-journal-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}.json"
+        paths.journal.replace(aside)
+        notes.append(f"ignored {paths.journal.relative_to(paths.root)}: {problem}, so it was not written by avo "
+                     f"for this run; nothing in it was applied (kept as {aside.relative_to(paths.root)})")
+        return
+    step = journal["step"]
+    record = journal["record"]
     done = state.steps >= step
     if done:
         if journal.get("kind") == "accept":
@@ -1108,7 +1140,7 @@ def submit(
             record["version"] = n
             if migrant is not None:  # its checkout below replaces work/: keep what was written there meanwhile
                 _archive_late_edits(run, step, best.sha, notes)
-            write_json_atomic(paths.journal, json.dumps({"kind": "accept", "step": step, "record": record}))
+            _write_journal(paths, {"kind": "accept", "step": step, "record": record})
             lineage.move_branch(sha)
             if migrant is not None:
                 lineage.reset_hard(sha)  # work/ takes the migrant (ignored files stay, as in every reset)
@@ -1140,8 +1172,7 @@ def submit(
             # and the reset below would destroy them: archive them too (a migrant left work/ alone).
             unchanged = _archive_late_edits(run, step, tree if migrant is None else best.sha, notes,
                                             since=signature)
-            write_json_atomic(paths.journal, json.dumps(
-                {"kind": "reject", "step": step, "record": record, "diff_path": str(diff_path)}))
+            _write_journal(paths, {"kind": "reject", "step": step, "record": record, "diff_path": str(diff_path)})
             state.failures_in_row = state.failures_in_row + 1 if outcome == "failed" else 0
             state.steps_since_best += 1
             _update_supervisor(state, fingerprint, outcome)

@@ -14,7 +14,7 @@ a checkpoint that is missing, unsigned or from another run, a line that does not
 the difference. So the incremental check only ever says "nothing changed"; every message
 comes from the full check.
 
-The checkpoint is signed (HMAC-SHA256) with a random key in ``.avo/check.key``, written by
+The checkpoint is signed (HMAC-SHA256) with the run's key (:mod:`avo.run_key`), written by
 avo at the first checkpoint (mode 0600), so a checkpoint forged or edited by hand, or one
 copied from another run, is ignored. Why that holds against an agent, and where it stops,
 is in docs/SECURITY.md ("The incremental check"). Read-only commands never write it.
@@ -22,17 +22,13 @@ is in docs/SECURITY.md ("The incremental check"). Read-only commands never write
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import hmac
-import json
-import os
-import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from avo.chain import RECOVERED, acknowledged, line_hash, parse, split_lines
+from avo.run_key import signed, verified
 from avo.state import RunPaths, RunState, Version, trajectory_bytes, write_json_atomic
 from avo.terms_compare import terms_differences
 
@@ -44,32 +40,6 @@ def checkpoint_path(paths: RunPaths) -> Path:
     return paths.private / "checked.json"
 
 
-def key_path(paths: RunPaths) -> Path:
-    return paths.private / "check.key"
-
-
-def _key(paths: RunPaths, *, create: bool) -> bytes | None:
-    try:
-        return key_path(paths).read_bytes() or None
-    except FileNotFoundError:
-        if not create:
-            return None
-    try:
-        fd = os.open(key_path(paths), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:  # another command made it meanwhile
-        return key_path(paths).read_bytes() or None
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(secrets.token_bytes(32))
-        fh.flush()
-        os.fsync(fh.fileno())
-    return key_path(paths).read_bytes()
-
-
-def _mac(key: bytes, body: dict[str, Any]) -> str:
-    return hmac.new(key, json.dumps(body, sort_keys=True).encode(), hashlib.sha256).hexdigest()
-
-
-@functools.cache
 def _versions_adapter() -> Any:
     from pydantic import TypeAdapter
 
@@ -142,15 +112,9 @@ class Checkpoint:
 
 def load_checkpoint(paths: RunPaths, state: RunState) -> Checkpoint | None:
     """The run's checkpoint if avo signed it for this run; ``None`` otherwise (never an error)."""
-    key = _key(paths, create=False)
-    if key is None:
-        return None
     try:
-        raw = json.loads(checkpoint_path(paths).read_bytes())
-        body, mac = raw["body"], raw["mac"]
-        if not (isinstance(mac, str) and hmac.compare_digest(mac, _mac(key, body))):
-            return None
-        if body.get("format") != FORMAT or body.get("run") != state.id:
+        body = verified(paths, checkpoint_path(paths).read_bytes())
+        if body is None or body.get("format") != FORMAT or body.get("run") != state.id:
             return None
         return Checkpoint(body["run"], int(body["lines"]), int(body["offset"]), str(body["digest"]),
                           str(body["last"]), int(body["versions"]), str(body["versions_digest"]),
@@ -161,11 +125,8 @@ def load_checkpoint(paths: RunPaths, state: RunState) -> Checkpoint | None:
 
 def save_checkpoint(paths: RunPaths, cp: Checkpoint) -> None:
     """Sign and write ``cp`` (callers hold the run's lock; read-only commands never call this)."""
-    key = _key(paths, create=True)
-    assert key is not None
-    body = cp.body()
     # Not synced: a checkpoint lost or torn by a power cut is not signed, so the full check runs.
-    write_json_atomic(checkpoint_path(paths), json.dumps({"body": body, "mac": _mac(key, body)}), sync="none")
+    write_json_atomic(checkpoint_path(paths), signed(paths, cp.body()), sync="none")
 
 
 def fresh_checkpoint(state: RunState, data: bytes, records: list[dict[str, Any] | None],

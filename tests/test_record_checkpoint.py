@@ -13,7 +13,8 @@ import shutil
 from pathlib import Path
 
 from avo.engine import open_run, start_run, submit
-from avo.record_checkpoint import checkpoint_path, key_path, load_checkpoint, quick_check
+from avo.record_checkpoint import checkpoint_path, load_checkpoint, quick_check
+from avo.run_key import key_path
 from avo.state import RunPaths, load_state
 from tests.conftest import set_constants
 from tests.test_record_integrity import avo, edit_json, started

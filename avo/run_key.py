@@ -1,0 +1,71 @@
+"""The run's signing key: avo signs the private files it reads back later with it.
+
+Two files in ``.avo/`` steer what a command does next: the record checkpoint
+(:mod:`avo.record_checkpoint`, what was already verified) and a submit's journal
+(``pending.json``, what a killed submit still has to write). Each is stored as
+``{"body": ..., "mac": HMAC-SHA256(key, body)}`` under a random 32-byte key avo writes once
+into ``.avo/check.key`` (mode 0600), so one written by hand, or copied from another run, is
+told apart. An agent that reads the key can still sign one: docs/SECURITY.md says where that
+leaves the record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+from avo.state import RunPaths
+
+
+def key_path(paths: RunPaths) -> Path:
+    return paths.private / "check.key"
+
+
+def run_key(paths: RunPaths, *, create: bool) -> bytes | None:
+    """The run's key; ``None`` when there is none and ``create`` is false."""
+    try:
+        return key_path(paths).read_bytes() or None
+    except FileNotFoundError:
+        if not create:
+            return None
+    try:
+        fd = os.open(key_path(paths), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another command made it meanwhile
+        return key_path(paths).read_bytes() or None
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(secrets.token_bytes(32))
+        fh.flush()
+        os.fsync(fh.fileno())
+    return key_path(paths).read_bytes()
+
+
+def mac(key: bytes, body: Any) -> str:
+    """The signature of ``body`` (its JSON with sorted keys)."""
+    return hmac.new(key, json.dumps(body, sort_keys=True).encode(), hashlib.sha256).hexdigest()
+
+
+def signed(paths: RunPaths, body: dict[str, Any]) -> str:
+    """``body`` as the JSON text of a signed file (the key is made if the run has none)."""
+    key = run_key(paths, create=True)
+    assert key is not None
+    return json.dumps({"body": body, "mac": mac(key, body)})
+
+
+def verified(paths: RunPaths, raw: bytes) -> dict[str, Any] | None:
+    """The body of a signed file's bytes if avo signed it with this run's key, else ``None``."""
+    key = run_key(paths, create=False)
+    if key is None:
+        return None
+    try:
+        data = json.loads(raw)
+        body, got = data["body"], data["mac"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not (isinstance(body, dict) and isinstance(got, str) and hmac.compare_digest(got, mac(key, body))):
+        return None
+    return body
