@@ -1055,7 +1055,11 @@ def submit(
         else:
             # On a noisy target the best's score drifts with the machine: compare with the
             # median of what was recorded and every later re-measurement of the same version.
-            reference = statistics.median([best.scalar, *state.remeasured.get(best.n, [])])
+            # Re-measurements exist only where a band sends gains to the confirmation: on a target
+            # without one, none was measured by avo (a line re-chained onto the trajectory can
+            # claim some, and `avo recover` takes them from there).
+            remeasured = state.remeasured.get(best.n, []) if band > 0 else []
+            reference = statistics.median([best.scalar, *remeasured])
             tie = state.target.tie_tolerance
             verdict = first_look(scalar, reference, direction, band, tie)
             g = gain(scalar, reference, direction)

@@ -1,11 +1,14 @@
-"""A submit's journal (``.avo/pending.json``) written by the agent, not by avo.
+"""Records avo takes as its own, written by the agent: a submit's journal, a re-chained line.
 
-The journal tells the next command what a killed submit still has to write: its trajectory
-record, which diff to delete. A hand-written one used to be applied as avo's own.
+The journal (``.avo/pending.json``) tells the next command what a killed submit still has to
+write: its trajectory record, which diff to delete. A hand-written one used to be applied as
+avo's own. A line re-chained onto the trajectory is adopted as one a killed command left past
+the head, and ``avo recover`` takes its re-measurements into run.json.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -75,3 +78,22 @@ def test_a_journal_signed_for_a_record_it_does_not_hold_is_ignored(
     out = submit(open_run(run.paths.root, runs_root), "X=5")
     assert any("its record is not step" in note for note in out.notes), out.notes
     assert "supervisor_record" not in [r.get("kind") for r in read_trajectory(run.paths)]
+
+
+def test_re_measurements_re_chained_onto_the_trajectory_do_not_move_a_deterministic_targets_bar(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    run = started(toy, runs_root)
+    best = run.state.best_version
+    last = run.paths.trajectory.read_bytes().rstrip(b"\n").rsplit(b"\n", 1)[-1]
+    forged = {"kind": "submit", "id": "forged", "step": run.state.steps, "outcome": "rejected", "message": "f",
+              "best_before": best.n, "scalar": -1e9, "confirm": {"candidate": [-1e9], "best": [-1e9, -1e9]},
+              "seq": json.loads(last)["seq"] + 1, "prev": hashlib.sha256(last).hexdigest()}
+    with open(run.paths.trajectory, "ab") as fh:
+        fh.write(json.dumps(forged).encode() + b"\n")
+    # Adopted, refused as a difference from run.json, then taken into run.json by recover.
+    assert CliRunner().invoke(app, ["recover", "--run", str(run.paths.root)]).exit_code == 0
+    assert open_run(run.paths.root, runs_root).state.remeasured == {best.n: [-1e9, -1e9]}
+    set_constants(run.paths.work, x=2)  # scores 10.09 against the best's 15.20
+    out = submit(open_run(run.paths.root, runs_root), "X=2")
+    assert out.outcome == "rejected", out.reason  # was accepted as "+100 %"
+    assert open_run(run.paths.root, runs_root).state.best_version.n == best.n
