@@ -46,6 +46,17 @@ def config_order(state: RunState) -> list[str]:
     return order + [c for c in state.configs if c not in order]
 
 
+def _noise_rule(state: RunState) -> str:
+    """What the policy does with the target's measurement noise (nothing without a band)."""
+    noise, best = state.options.noise, state.best_version.n
+    if noise.band <= 0:
+        return ""
+    again = ("\n   A gain beyond the band is measured a second time and recorded at the lower draw."
+             if noise.recheck_gains else "")
+    return (f"\n   One measurement varies by about ±{noise.band:.0%} here: a gain inside that band is"
+            f"\n   re-measured {noise.confirm_runs}× beside v{best}, interleaved, and must show on the medians.{again}")
+
+
 def lineage_table(state: RunState, rows: int = MAX_LINEAGE_ROWS) -> str:
     """Markdown table of accepted versions with per-config scores and deltas.
 
@@ -229,7 +240,7 @@ The scalar is the geometric mean of the per-config metrics unless the target giv
    is committed only if it passes the correctness gate and matches or beats v{best.n}.
    Otherwise its diff is archived in rejected/ and work/ is reset to v{best.n}. Scores within a
    relative {fmt_tolerance(spec.tie_tolerance)} of the best are a tie: a match, not a new best. A match is worth
-   submitting only when it is simpler or faster than v{best.n}; otherwise `avo revert -m "why"`.
+   submitting only when it is simpler or faster than v{best.n}; otherwise `avo revert -m "why"`.{_noise_rule(state)}
 3. Simplicity criterion: all else equal, simpler is better. A tiny gain that adds ugly
    complexity is not worth it; removing code for an equal score is a win.
 4. Keep output out of your context: avo-eval prints a summary; read the logs only when an

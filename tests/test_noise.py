@@ -9,6 +9,7 @@ import pytest
 
 from avo.engine import start_run, submit
 from avo.policy import confirm, first_look
+from avo.prompts import variation_prompt
 from avo.state import read_trajectory
 
 EVALUATOR = textwrap.dedent(
@@ -178,3 +179,11 @@ def test_a_tree_that_scores_differently_on_a_noiseless_target_is_flagged(
     out = submit(run, "same tree a third time")
     assert any("not deterministic" in note for note in out.notes)
 
+
+
+def test_the_prompt_tells_the_agent_how_noise_is_handled(noisy: Path, toy: Path, runs_root: Path,
+                                                         core_plugins: None) -> None:
+    prompt = variation_prompt(start_run(str(noisy), runs_root))
+    assert "One measurement varies by about ±5% here: a gain inside that band is\n   re-measured 5× beside v0" in prompt
+    assert "measured a second time and recorded at the lower draw" in prompt
+    assert "varies by about" not in variation_prompt(start_run(str(toy), runs_root))  # no band: no rule
