@@ -19,7 +19,9 @@ from typing import Any
 from avo.chain import RECOVERED, ChainReport, acknowledged, line_hash, verify
 from avo.errors import RecordError
 from avo.lineage import BRANCH, META_DIR, blob_id, commit_message, object_ids, read_commits, read_object, ref_of
+from avo.record_checkpoint import Fold  # the incremental check folds the same counters
 from avo.record_format import parse_trailers, scores_file, scores_line, terms, terms_digest
+from avo.run_key import LineSignatures, first_line
 from avo.state import RunPaths, RunState, Version, load_state, read_trajectory, trajectory_bytes
 from avo.terms_compare import terms_differences
 
@@ -134,14 +136,14 @@ def _terms_problems(paths: RunPaths, state: RunState) -> list[str]:
             for key, now, then in terms_differences(recorded, terms(state))[:8]]
 
 
-def _record_problems_elsewhere(paths: RunPaths, state: RunState, records: list[dict[str, Any] | None]) -> list[str]:
+def _record_problems_elsewhere(paths: RunPaths, state: RunState, records: list[dict[str, Any] | None],
+                               lines: list[bytes]) -> list[str]:
     """Counters that steer the policy, checked against the trajectory that produced them."""
-    from avo.record_checkpoint import Fold  # the incremental check folds the same counters
-
     problems = []
     fold = Fold()
+    signatures = LineSignatures(paths, lines[0] if lines else None)
     for n, r in enumerate(records, 1):
-        if r:
+        if r and (not Fold.bears_counters(r) or signatures.counts(lines[n - 1])):
             fold.counters(n, r)
     due = fold.due
     recorded = {k: v for k, v in state.remeasured.items() if v}
@@ -153,6 +155,12 @@ def _record_problems_elsewhere(paths: RunPaths, state: RunState, records: list[d
         problems.append(f"trajectory.jsonl line {due[0]} records the supervisor due ({due[1]}) and no redirect "
                         "since, but run.json says it is not due")
     return problems
+
+
+def _counter_claim(r: dict[str, Any]) -> str:
+    if r.get("kind") == "submit":
+        return f"re-measurements of v{r.get('best_before')} {(r.get('confirm') or {}).get('best')}"
+    return "the supervisor due" if r.get("kind") == "supervisor_due" else "an answer to the supervisor"
 
 
 @dataclass
@@ -186,10 +194,15 @@ def trajectory_findings(paths: RunPaths, state: RunState, locked: bool) -> Traje
     max_step = 0
     versions = state.versions
     set_aside = acknowledged(report.records)  # lines `avo recover` set aside, by the hash they had then
+    signatures = LineSignatures(paths, report.lines[0] if report.lines else None)
     for n, r in enumerate(report.records, 1):
         if r is None or n in report.flagged or n in report.problems:
             continue
         if n in set_aside and set_aside[n] == line_hash(report.lines[n - 1]):
+            continue
+        if Fold.bears_counters(r) and not signatures.counts(report.lines[n - 1]):
+            found.lines[n] = (f"records {_counter_claim(r)}, but avo did not sign it (a line written by hand: "
+                              "it does not count)")
             continue
         if r.get("kind") == RECOVERED:
             excused.update(x for x in r.get("unrecorded_versions") or [] if isinstance(x, int))
@@ -226,7 +239,7 @@ def trajectory_findings(paths: RunPaths, state: RunState, locked: bool) -> Traje
     if locked or not journal:
         good = [r if n not in report.flagged and n not in report.problems else None
                 for n, r in enumerate(report.records, 1)]
-        found.other += _record_problems_elsewhere(paths, state, good)
+        found.other += _record_problems_elsewhere(paths, state, good, report.lines)
     found.line_hashes = {n: line_hash(report.lines[n - 1]) for n in found.lines}
     return found
 
@@ -256,7 +269,7 @@ def record_problems(paths: RunPaths, state: RunState, *, locked: bool) -> list[s
     problems += _lineage_problems(paths, state, locked) + _terms_problems(paths, state) + found.describe()
     if not problems and locked and not paths.journal.exists() and found.report is not None:
         fresh = fresh_checkpoint(state, found.data, found.report.records, found.report.lines,
-                                 set(found.report.flagged))
+                                 set(found.report.flagged), LineSignatures(paths, first_line(found.data)))
         if fresh is not None:
             save_checkpoint(paths, fresh)
     return problems

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from avo.chain import RECOVERED, acknowledged, line_hash, parse, split_lines
-from avo.run_key import signed, verified
+from avo.run_key import LineSignatures, first_line, signed, verified
 from avo.state import RunPaths, RunState, Version, trajectory_bytes, write_json_atomic
 from avo.terms_compare import terms_differences
 
@@ -63,8 +63,17 @@ class Fold:
     start_seen: bool = False
     start_terms: Any = None
 
+    @staticmethod
+    def bears_counters(r: dict[str, Any]) -> bool:
+        """Whether ``r`` moves what :meth:`counters` folds (its line must then be avo's)."""
+        return (r.get("kind") == "submit" and isinstance(r.get("confirm"), dict)) or \
+            r.get("kind") in ("supervisor_due", "supervisor_record")
+
     def counters(self, n: int, r: dict[str, Any]) -> None:
-        """Re-measurements and the supervisor's due state (the full check folds them here too)."""
+        """Re-measurements and the supervisor's due state (the full check folds them here too).
+
+        Callers pass only records whose lines may steer the policy (:class:`avo.run_key.LineSignatures`).
+        """
         if r.get("kind") == "submit" and isinstance(r.get("confirm"), dict) and isinstance(r.get("best_before"), int):
             self.remeasured.setdefault(r["best_before"], []).extend(r["confirm"].get("best") or [])
         elif r.get("kind") == "supervisor_due":
@@ -130,7 +139,7 @@ def save_checkpoint(paths: RunPaths, cp: Checkpoint) -> None:
 
 
 def fresh_checkpoint(state: RunState, data: bytes, records: list[dict[str, Any] | None],
-                     lines: list[bytes], flagged: set[int]) -> Checkpoint | None:
+                     lines: list[bytes], flagged: set[int], signatures: LineSignatures) -> Checkpoint | None:
     """A checkpoint of what a full check just found in agreement (``None`` where it cannot say).
 
     ``data``, ``records``, ``lines``: the trajectory's bytes as that check read and parsed them;
@@ -149,7 +158,8 @@ def fresh_checkpoint(state: RunState, data: bytes, records: list[dict[str, Any] 
             fold.excused.update(x for x in r.get("unrecorded_versions") or [] if isinstance(x, int))
         if n not in aside:
             fold.start(r)
-        fold.counters(n, r)
+        if not Fold.bears_counters(r) or signatures.counts(lines[n - 1]):
+            fold.counters(n, r)
         if r.get("kind") != "submit":
             continue
         if isinstance(r.get("step"), int):
@@ -238,6 +248,7 @@ def quick_check(paths: RunPaths, state: RunState, *, locked: bool) -> Checkpoint
                 {k: list(v) for k, v in cp.fold.remeasured.items()}, cp.fold.due, cp.fold.start_seen,
                 cp.fold.start_terms)
     prev = cp.last
+    signatures = LineSignatures(paths, first_line(data))
     for i, line in enumerate(tail):
         n = cp.lines + i + 1
         r = parse(line)
@@ -246,6 +257,8 @@ def quick_check(paths: RunPaths, state: RunState, *, locked: bool) -> Checkpoint
         prev = line_hash(line)
         if r.get("kind") == "eval" and r.get("id") == "seed" and r.get("scalar") != versions[0].scalar:
             return None
+        if Fold.bears_counters(r) and not signatures.counts(line):
+            return None  # a line avo did not sign claims counters: the full check names it
         fold.start(r)
         fold.counters(n, r)
         if r.get("kind") != "submit":

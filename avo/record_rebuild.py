@@ -12,14 +12,25 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from avo.chain import RECOVERED
+from avo.chain import RECOVERED, acknowledged, parse, split_lines
 from avo.contract import gain
 from avo.errors import RecordError
 from avo.lineage import BRANCH, read_any, read_commits, ref_of
 from avo.models import TargetSpec
 from avo.record_check import SCORES_FILE, started_terms, trajectory_findings
+from avo.record_checkpoint import Fold
 from avo.record_format import parse_trailers, terms
-from avo.state import RunOptions, RunPaths, RunState, Version, append_trajectory, read_trajectory, save_state
+from avo.run_key import LineSignatures
+from avo.state import (
+    RunOptions,
+    RunPaths,
+    RunState,
+    Version,
+    append_trajectory,
+    read_trajectory,
+    save_state,
+    trajectory_bytes,
+)
 from avo.terms_compare import restored_terms, terms_differences
 
 
@@ -109,7 +120,13 @@ def _restore_counters(paths: RunPaths, state: RunState) -> list[str]:
     """Re-measurements and the supervisor's due state, as the trajectory records them."""
     remeasured: dict[int, list[float]] = {}
     due: str | None = None
-    for r in read_trajectory(paths):
+    lines, _ = split_lines(trajectory_bytes(paths))
+    records = [parse(line) for line in lines]
+    aside = acknowledged(records)
+    signatures = LineSignatures(paths, lines[0] if lines else None)
+    for n, r in enumerate(records, 1):
+        if r is None or n in aside or (Fold.bears_counters(r) and not signatures.counts(lines[n - 1])):
+            continue  # set aside, or a line avo did not sign claiming counters
         if r.get("kind") == "submit" and isinstance(r.get("confirm"), dict) and isinstance(r.get("best_before"), int):
             remeasured.setdefault(r["best_before"], []).extend(r["confirm"].get("best") or [])
         elif r.get("kind") == "supervisor_due":

@@ -15,6 +15,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 from pathlib import Path
 from typing import Any
@@ -69,3 +70,48 @@ def verified(paths: RunPaths, raw: bytes) -> dict[str, Any] | None:
     if not (isinstance(body, dict) and isinstance(got, str) and hmac.compare_digest(got, mac(key, body))):
         return None
     return body
+
+
+# -- trajectory lines ---------------------------------------------------------------------------
+# A line re-chained onto the trajectory by hand (its `prev` is one SHA-256) is read back like any
+# other; the counters the policy is steered by (the best's re-measurements, the supervisor's
+# state) are taken only from lines avo signed, in a run whose first line is signed.
+
+_LINE_MAC = re.compile(rb', "mac": "([0-9a-f]{64})"\}\Z')
+
+
+def sign_line(key: bytes, body: bytes) -> bytes:
+    """``body`` (one record's JSON object) with its signature added as a last ``mac`` field."""
+    return body[:-1] + b', "mac": "' + hmac.new(key, body, hashlib.sha256).hexdigest().encode() + b'"}'
+
+
+def line_signed(key: bytes | None, line: bytes) -> bool | None:
+    """Whether ``line`` carries a valid signature under ``key``; ``None`` when it carries none."""
+    m = _LINE_MAC.search(line)
+    if m is None:
+        return None
+    if key is None:
+        return False
+    want = hmac.new(key, line[:m.start()] + b"}", hashlib.sha256).hexdigest()
+    return hmac.compare_digest(m[1].decode(), want)
+
+
+class LineSignatures:
+    """Which of a run's trajectory lines may steer the policy.
+
+    A run whose first line is signed (every run started since signing) counts a line only
+    if its signature is valid under the run's key; an older run's lines all count, as before.
+    """
+
+    def __init__(self, paths: RunPaths, first_line: bytes | None):
+        self.key = run_key(paths, create=False)
+        self.signed_run = first_line is not None and line_signed(self.key, first_line) is not None
+
+    def counts(self, line: bytes) -> bool:
+        return not self.signed_run or line_signed(self.key, line) is True
+
+
+def first_line(data: bytes) -> bytes | None:
+    """The trajectory's first complete line (``None`` when it has none)."""
+    end = data.find(b"\n")
+    return data[:end] if end > 0 else None

@@ -488,7 +488,11 @@ def append_trajectory(paths: RunPaths, record: dict[str, Any], *, whole: bool = 
             tail = done.count, done.last(), done.end
         count, last, size = tail
         record = {"time": round(time.time(), 3), **record, **link_after(count, last)}
-        line = json.dumps(record, sort_keys=False, default=str).encode()
+        from avo.run_key import run_key, sign_line  # (it imports this module)
+
+        key = run_key(paths, create=True)
+        assert key is not None
+        line = sign_line(key, json.dumps(record, sort_keys=False, default=str).encode())
         with open(paths.trajectory, "ab") as fh:
             fh.write(line + b"\n")
             fh.flush()

@@ -15,10 +15,16 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from avo.cli.app import app
-from avo.engine import open_run, submit
+from avo.engine import open_run, start_run, submit
 from avo.state import read_trajectory
 from tests.conftest import set_constants
+from tests.test_noise import noisy  # noqa: F401  (a fixture)
 from tests.test_record_integrity import started
+
+
+def avo_cli(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, list(args), catch_exceptions=False)
+    return result.exit_code, result.output
 
 
 def forge(run, body: dict) -> None:  # type: ignore[no-untyped-def]
@@ -80,20 +86,55 @@ def test_a_journal_signed_for_a_record_it_does_not_hold_is_ignored(
     assert "supervisor_record" not in [r.get("kind") for r in read_trajectory(run.paths)]
 
 
-def test_re_measurements_re_chained_onto_the_trajectory_do_not_move_a_deterministic_targets_bar(
+def rechain(run, record: dict) -> None:  # type: ignore[no-untyped-def]
+    """Append ``record`` as the next link of the trajectory, as an agent can (``prev`` is one SHA-256)."""
+    last = run.paths.trajectory.read_bytes().rstrip(b"\n").rsplit(b"\n", 1)[-1]
+    record = {**record, "seq": json.loads(last)["seq"] + 1, "prev": hashlib.sha256(last).hexdigest()}
+    with open(run.paths.trajectory, "ab") as fh:
+        fh.write(json.dumps(record).encode() + b"\n")
+
+
+def remeasured_at_minus_1e9(run) -> dict:  # type: ignore[no-untyped-def]
+    best = run.state.best_version
+    return {"kind": "submit", "id": "forged", "step": run.state.steps, "outcome": "rejected", "message": "f",
+            "best_before": best.n, "scalar": -1e9, "confirm": {"candidate": [-1e9], "best": [-1e9, -1e9]}}
+
+
+def test_re_measurements_re_chained_onto_the_trajectory_are_named_and_never_taken(
         toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # Adopted as a line a killed command left past the head, refused as a difference from
+    # run.json, then taken into run.json by `avo recover`: a candidate at 10.09 against the
+    # best's 15.20 was then accepted as "+100 %".
     run = started(toy, runs_root)
     best = run.state.best_version
-    last = run.paths.trajectory.read_bytes().rstrip(b"\n").rsplit(b"\n", 1)[-1]
-    forged = {"kind": "submit", "id": "forged", "step": run.state.steps, "outcome": "rejected", "message": "f",
-              "best_before": best.n, "scalar": -1e9, "confirm": {"candidate": [-1e9], "best": [-1e9, -1e9]},
-              "seq": json.loads(last)["seq"] + 1, "prev": hashlib.sha256(last).hexdigest()}
-    with open(run.paths.trajectory, "ab") as fh:
-        fh.write(json.dumps(forged).encode() + b"\n")
-    # Adopted, refused as a difference from run.json, then taken into run.json by recover.
-    assert CliRunner().invoke(app, ["recover", "--run", str(run.paths.root)]).exit_code == 0
-    assert open_run(run.paths.root, runs_root).state.remeasured == {best.n: [-1e9, -1e9]}
-    set_constants(run.paths.work, x=2)  # scores 10.09 against the best's 15.20
-    out = submit(open_run(run.paths.root, runs_root), "X=2")
-    assert out.outcome == "rejected", out.reason  # was accepted as "+100 %"
+    rechain(run, remeasured_at_minus_1e9(run))
+    code, out = avo_cli("status", "--run", str(run.paths.root))
+    assert code == 1 and "records re-measurements of v1 [-1000000000.0, -1000000000.0], but avo did not sign it" in out
+    assert avo_cli("recover", "--run", str(run.paths.root))[0] == 0
+    assert open_run(run.paths.root, runs_root).state.remeasured == {}
+    assert avo_cli("status", "--run", str(run.paths.root))[0] == 0  # the line is set aside, kept
+    set_constants(run.paths.work, x=2)
+    out_ = submit(open_run(run.paths.root, runs_root), "X=2")
+    assert out_.outcome == "rejected", out_.reason
     assert open_run(run.paths.root, runs_root).state.best_version.n == best.n
+
+
+def test_re_measurements_re_chained_onto_a_noisy_run_do_not_move_its_bar(
+        noisy: Path, runs_root: Path, core_plugins: None) -> None:  # noqa: F811
+    from tests.test_noise import set_model
+
+    run = start_run(str(noisy), runs_root)
+    rechain(run, remeasured_at_minus_1e9(run))
+    assert avo_cli("recover", "--run", str(run.paths.root))[0] == 0
+    set_model(run.paths.work, 0.8)  # 20 % worse than the seed
+    out = submit(open_run(run.paths.root, runs_root), "worse")
+    assert out.outcome == "rejected", out.reason
+    assert len(open_run(run.paths.root, runs_root).state.versions) == 1
+
+
+def test_a_supervisor_answer_re_chained_onto_the_trajectory_does_not_count(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    run = started(toy, runs_root)
+    rechain(run, {"kind": "supervisor_record", "step": run.state.steps})
+    code, out = avo_cli("status", "--run", str(run.paths.root))
+    assert code == 1 and "records an answer to the supervisor, but avo did not sign it" in out
