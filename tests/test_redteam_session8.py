@@ -1,0 +1,134 @@
+"""Red team of session 8's changes (the second look at a gain beyond the noise band, the signed
+submit journal): each test is a hostile action by a same-user agent on a real run, and what avo
+must do about it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from avo.engine import open_run, recover, start_run, submit
+from avo.state import read_trajectory, run_lock
+from tests.conftest import set_constants
+from tests.test_record_holds import DRIVER
+
+ENV = {**os.environ, "AVO_DISABLE_PLUGIN_AUTOLOAD": "1"}
+
+
+def _avo(*args: str, limit: int | None = None) -> subprocess.CompletedProcess[str] | None:
+    """``avo ARGS`` as a process; ``None`` if it was still waiting after a minute (its
+    process group is killed then). ``limit``: its address space capped at that many bytes."""
+    import resource
+
+    def cap() -> None:
+        if limit is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    proc = subprocess.Popen([sys.executable, "-m", "avo", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=ENV, start_new_session=True, preexec_fn=cap)
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+# -- what is at .avo/pending.json or .avo/checked.json is not a file -------------------------------
+
+
+@pytest.mark.parametrize("name", ["pending.json", "checked.json"])
+def test_a_pipe_at_a_signed_file_does_not_hang_a_submit(
+        toy: Path, runs_root: Path, core_plugins: None, name: str) -> None:
+    # The journal and the checkpoint were read with a plain read_bytes(): a FIFO there waits
+    # for a writer that never comes, so `avo submit` (and every later command) hung for good.
+    run = start_run(str(toy), runs_root, sandbox="none")
+    set_constants(run.paths.work, x=4)
+    assert submit(run, "X=4").outcome == "accepted"  # the checkpoint is written from here
+    where = run.paths.private / name
+    where.unlink(missing_ok=True)
+    os.mkfifo(where)
+    set_constants(run.paths.work, x=5)
+    proc = _avo("submit", "-m", "X to 5", "--run", str(run.paths.root))
+    if proc is None:
+        pytest.fail(f"avo submit waited on the pipe at .avo/{name}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    state = open_run(run.paths.root, runs_root).state
+    assert state.best_version.scalar > run.state.best_version.scalar
+
+
+def test_a_pipe_at_the_key_does_not_hang_a_command(toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # .avo/check.key was read with a plain read_bytes() by every command that checks a
+    # signature: a FIFO there hung them all. Now the command stops and names the file.
+    run = start_run(str(toy), runs_root, sandbox="none")
+    set_constants(run.paths.work, x=4)
+    assert submit(run, "X=4").outcome == "accepted"
+    key = run.paths.private / "check.key"
+    key.unlink()
+    os.mkfifo(key)
+    for args in (["status"], ["submit", "-m", "X to 5"]):
+        proc = _avo(*args, "--run", str(run.paths.root))
+        if proc is None:
+            pytest.fail(f"avo {args[0]} waited on the pipe at .avo/check.key")
+        assert "Traceback" not in proc.stderr, proc.stderr
+        assert proc.returncode == 1 and "check.key is not a regular file" in proc.stdout + proc.stderr
+
+
+def test_a_huge_journal_is_set_aside_not_read(toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # A sparse 8 GiB file costs the agent nothing; read whole into memory it is a MemoryError
+    # (a traceback from every command) on a machine that has less to give.
+    run = start_run(str(toy), runs_root, sandbox="none")
+    with open(run.paths.journal, "wb") as fh:
+        fh.truncate(8 << 30)
+    set_constants(run.paths.work, x=5)
+    proc = _avo("submit", "-m", "X to 5", "--run", str(run.paths.root), limit=3 << 30)
+    assert proc is not None, "avo submit did not finish"
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "ignored .avo/pending.json" in proc.stdout + proc.stderr
+    assert list(run.paths.private.glob("ignored-journal-*.json"))
+
+
+# -- a genuine journal put back after its submit finished ------------------------------------------
+
+
+def test_a_replayed_genuine_journal_does_not_wipe_the_agents_work(
+        toy: Path, runs_root: Path, core_plugins: None, tmp_path: Path) -> None:
+    # The agent keeps a copy of a genuine signed journal (its own submit, killed after the
+    # decision was saved) and puts it back after that submit was finished. It is signed, and
+    # its step is the last one: finishing it again reset work/ to the best version and
+    # cleaned it, deleting every edit and new file the agent had made since.
+    run = start_run(str(toy), runs_root)
+    work = run.paths.work
+    set_constants(work, x=5)
+    assert submit(run, "v1").outcome == "accepted"
+    set_constants(work, x=1)  # worse: rejected
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER)
+    proc = subprocess.run([sys.executable, str(driver), "after-save", str(run.paths.root), "killed"],
+                          capture_output=True, text=True, cwd=Path(__file__).parent.parent, timeout=300)
+    assert proc.returncode == -9, proc.stdout + proc.stderr
+    genuine = run.paths.journal.read_bytes()
+    run = open_run(run.paths.root, runs_root)
+    with run_lock(run.paths):
+        recover(run)  # the next command finishes the killed submit
+    assert not run.paths.journal.exists()
+    before = [r for r in read_trajectory(run.paths) if r.get("kind") == "submit"]
+
+    set_constants(work, x=6)  # the agent's next candidate, and a file of its own
+    (work / "notes.md").write_text("an hour of the agent's work\n")
+    run.paths.journal.write_bytes(genuine)
+    run = open_run(run.paths.root, runs_root)
+    with run_lock(run.paths):
+        notes = recover(run)
+    assert (work / "notes.md").exists(), notes
+    assert "X = 6" in (work / "solution.py").read_text(), notes
+    assert [r for r in read_trajectory(run.paths) if r.get("kind") == "submit"] == before
+    out = submit(open_run(run.paths.root, runs_root), "X=6 with notes")
+    assert out.outcome == "accepted", out.reason
