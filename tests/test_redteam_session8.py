@@ -4,6 +4,7 @@ must do about it."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -132,3 +133,54 @@ def test_a_replayed_genuine_journal_does_not_wipe_the_agents_work(
     assert [r for r in read_trajectory(run.paths) if r.get("kind") == "submit"] == before
     out = submit(open_run(run.paths.root, runs_root), "X=6 with notes")
     assert out.outcome == "accepted", out.reason
+
+
+# -- any file at pending.json made a reader allow for a submit in flight ----------------------------
+
+
+def test_a_hand_written_journal_does_not_let_status_show_a_forged_best(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # A reader (`avo status`, `avo log`, `avo report`) allows for a submit committing right
+    # now: its version not yet in the backup, its record not yet in the trajectory. It took
+    # any file at .avo/pending.json for one, so `{}` there and a version added to run.json by
+    # hand showed a best of 1e9 with exit 0; the journal is signed now, and is checked here too.
+    from tests.test_record_integrity import started
+
+    run = started(toy, runs_root)
+    work = run.paths.work
+    set_constants(work, x=2)
+    git = ["git", "-c", "user.name=a", "-c", "user.email=a@b"]
+    subprocess.run([*git, "commit", "-qam", "v2: fake\n\navo-scalar: 1000000000.0"], cwd=work, check=True)
+    rev = {what: subprocess.run(["git", "rev-parse", what], cwd=work, capture_output=True, text=True,
+                                check=True).stdout.strip() for what in ("HEAD", "HEAD^{tree}")}
+    data = json.loads(run.paths.run_json.read_text())
+    data["versions"].append(dict(data["versions"][-1], n=len(data["versions"]), sha=rev["HEAD"],
+                                 tree=rev["HEAD^{tree}"], scalar=1e9, message="fake", step=data["steps"]))
+    data["best"] = len(data["versions"]) - 1
+    run.paths.run_json.write_text(json.dumps(data))
+    run.paths.journal.write_text("{}")
+    for command in ("status", "log"):
+        proc = _avo(command, "--run", str(run.paths.root))
+        assert proc is not None
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert "run.json's v2 is commit" in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("point", ["after-save", "before-trajectory"])
+def test_a_reader_still_allows_for_a_genuine_submit_in_flight(
+        toy: Path, runs_root: Path, core_plugins: None, tmp_path: Path, point: str) -> None:
+    # The other side of the test above: a submit killed (or still running) between run.json
+    # and the backup leaves a signed journal for its version, and a reader allows for it.
+    run = start_run(str(toy), runs_root)
+    set_constants(run.paths.work, x=5)
+    assert submit(run, "v1").outcome == "accepted"
+    set_constants(run.paths.work, x=6)
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER)
+    proc = subprocess.run([sys.executable, str(driver), point, str(run.paths.root), "killed"],
+                          capture_output=True, text=True, cwd=Path(__file__).parent.parent, timeout=300)
+    assert proc.returncode == -9, proc.stdout + proc.stderr
+    assert run.paths.journal.exists()
+    shown = _avo("status", "--run", str(run.paths.root))
+    assert shown is not None and shown.returncode == 0, (shown.stdout + shown.stderr) if shown else ""
+    assert "best v2" in shown.stdout
