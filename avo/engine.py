@@ -459,6 +459,13 @@ def _finish_journal(run: Run, notes: list[str]) -> None:
             lineage.move_branch(state.best_version.sha)
             lineage.backup(paths.backup, state.best_version.sha)
         elif not recorded:
+            # Edits made after the kill (the agent went on working) are in no diff: archive them.
+            measured = record.get("tree")
+            if isinstance(measured, str) and lineage.is_dirty(state.best_version.sha):
+                try:
+                    _archive_late_edits(run, step, measured, notes)
+                except AvoError:  # the candidate's tree is gone from work/.git: all of work/ against the best
+                    _archive_late_edits(run, step, state.best_version.sha, notes)
             lineage.reset_hard(state.best_version.sha)
         if not recorded:
             append_trajectory(paths, record)

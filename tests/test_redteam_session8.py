@@ -184,3 +184,29 @@ def test_a_reader_still_allows_for_a_genuine_submit_in_flight(
     shown = _avo("status", "--run", str(run.paths.root))
     assert shown is not None and shown.returncode == 0, (shown.stdout + shown.stderr) if shown else ""
     assert "best v2" in shown.stdout
+
+
+def test_edits_made_after_a_killed_rejection_are_kept_when_it_is_finished(
+        toy: Path, runs_root: Path, core_plugins: None, tmp_path: Path) -> None:
+    # No forgery: `avo submit` is killed after its rejection is saved, before work/ is reset
+    # (a tool call's timeout). The agent goes on editing work/, and the next command finishes
+    # the submit: its reset and clean deleted those edits, kept nowhere.
+    run = start_run(str(toy), runs_root)
+    work = run.paths.work
+    set_constants(work, x=5)
+    assert submit(run, "v1").outcome == "accepted"
+    set_constants(work, x=1)
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER)
+    proc = subprocess.run([sys.executable, str(driver), "after-save", str(run.paths.root), "killed"],
+                          capture_output=True, text=True, cwd=Path(__file__).parent.parent, timeout=300)
+    assert proc.returncode == -9, proc.stdout + proc.stderr
+    set_constants(work, x=6)
+    (work / "notes.md").write_text("an hour of the agent's work\n")
+    run = open_run(run.paths.root, runs_root)
+    with run_lock(run.paths):
+        notes = recover(run)
+    archived = "".join(p.read_text() for p in run.paths.rejected.glob("*edited*.diff"))
+    assert "an hour of the agent's work" in archived and "X = 6" in archived, notes
+    assert any("edited" in n for n in notes), notes
+    assert "X = 5" in (work / "solution.py").read_text()  # the rejection itself is finished
