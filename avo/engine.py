@@ -433,13 +433,10 @@ def _journal_problem(paths: RunPaths, state: RunState, journal: dict[str, Any] |
 
 def _finish_journal(run: Run, notes: list[str]) -> None:
     """Finish or undo a submit that was killed half-way (its journal says how far it got)."""
-    from avo.run_key import verified
+    from avo.run_key import read_verified
 
     paths, state, lineage = run.paths, run.state, run.lineage
-    try:
-        journal = verified(paths, paths.journal.read_bytes())
-    except OSError:
-        journal = None
+    journal = read_verified(paths, paths.journal)
     problem = _journal_problem(paths, state, journal)
     if problem is not None or journal is None:
         # A journal avo did not write would have its record appended to the trajectory as
@@ -454,13 +451,23 @@ def _finish_journal(run: Run, notes: list[str]) -> None:
     record = journal["record"]
     done = state.steps >= step
     if done:
+        # Its record in the trajectory: the submit was finished (the reset came before the
+        # record), and this journal is one put back since (a copy of a genuine one, signed):
+        # resetting again would delete what the agent wrote in work/ after it.
+        recorded = any(r.get("kind") == "submit" and r.get("step") == step for r in read_trajectory(paths))
         if journal.get("kind") == "accept":
             lineage.move_branch(state.best_version.sha)
             lineage.backup(paths.backup, state.best_version.sha)
-        else:
+        elif not recorded:
+            # Edits made after the kill (the agent went on working) are in no diff: archive them.
+            measured = record.get("tree")
+            if isinstance(measured, str) and lineage.is_dirty(state.best_version.sha):
+                try:
+                    _archive_late_edits(run, step, measured, notes)
+                except AvoError:  # the candidate's tree is gone from work/.git: all of work/ against the best
+                    _archive_late_edits(run, step, state.best_version.sha, notes)
             lineage.reset_hard(state.best_version.sha)
-        ids = {r.get("id") for r in read_trajectory(paths)[-5:]}
-        if record and record.get("id") not in ids:
+        if not recorded:
             append_trajectory(paths, record)
         notes.append(f"finished recording step {step} interrupted after its decision")
     else:

@@ -52,6 +52,28 @@ def _scores_problem(paths: RunPaths, v: Version, expected: str) -> str:
     return f"{where} has {len(got)} lines, run.json's versions give {len(want)}"
 
 
+def _in_flight(paths: RunPaths, state: RunState) -> dict[str, Any] | None:
+    """The journal of a submit writing the record right now, if avo signed it for this step or the next.
+
+    Only then does a reader allow for what that submit has written so far: any file at
+    ``pending.json`` (``{}`` by hand) used to let `avo status` show a version added to
+    run.json by hand as the best.
+    """
+    from avo.run_key import read_verified
+
+    journal = read_verified(paths, paths.journal)
+    if journal is None or journal.get("step") not in (state.steps, state.steps + 1):
+        return None
+    return journal
+
+
+def _commits(journal: dict[str, Any] | None, v: Version) -> bool:
+    """Whether ``journal`` is the accepted submit that made ``v``."""
+    record = journal.get("record") if journal is not None and journal.get("kind") == "accept" else None
+    return (isinstance(record, dict) and record.get("version") == v.n and record.get("scalar") == v.scalar
+            and record.get("step") == v.step)
+
+
 def _lineage_problems(paths: RunPaths, state: RunState, locked: bool) -> list[str]:
     backup = paths.backup
     if not (backup / "HEAD").exists():
@@ -61,7 +83,8 @@ def _lineage_problems(paths: RunPaths, state: RunState, locked: bool) -> list[st
     versions = state.versions
     present = object_ids(backup, [v.sha for v in versions])
     missing = [v for v, oid in zip(versions, present, strict=False) if oid is None]
-    if missing and missing == versions[-1:] and not locked and len(versions) > 1 and paths.journal.exists():
+    if (missing and missing == versions[-1:] and not locked and len(versions) > 1
+            and _commits(_in_flight(paths, state), versions[-1])):
         versions = versions[:-1]  # a submit is committing it right now; the backup follows
         missing = []
     for v in missing:
@@ -188,7 +211,8 @@ def trajectory_findings(paths: RunPaths, state: RunState, locked: bool) -> Traje
     if report.head_problem:
         found.other.append(f"trajectory.jsonl: {report.head_problem}")
     head = state.chain.count if state.chain is not None else len(report.lines)
-    journal = not locked and paths.journal.exists()
+    in_flight = None if locked else _in_flight(paths, state)
+    journal = in_flight is not None
     accepted: dict[int, int] = {}
     excused: set[int] = set()
     max_step = 0
@@ -232,7 +256,7 @@ def trajectory_findings(paths: RunPaths, state: RunState, locked: bool) -> Traje
             continue
         accepted[k] = n
     found.unrecorded = [v.n for v in versions[1:] if v.n not in accepted and v.n not in excused
-                        and not (journal and v is versions[-1])]
+                        and not (v is versions[-1] and _commits(in_flight, v))]
     if state.steps < max_step:
         found.other.append(f"run.json says {state.steps} steps were taken, but trajectory.jsonl records a "
                            f"submit of step {max_step}")

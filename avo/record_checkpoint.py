@@ -22,13 +22,14 @@ is in docs/SECURITY.md ("The incremental check"). Read-only commands never write
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from avo.chain import RECOVERED, acknowledged, line_hash, parse, split_lines
-from avo.run_key import LineSignatures, first_line, signed, verified
+from avo.run_key import LineSignatures, first_line, read_verified, signed
 from avo.state import RunPaths, RunState, Version, trajectory_bytes, write_json_atomic
 from avo.terms_compare import terms_differences
 
@@ -40,6 +41,7 @@ def checkpoint_path(paths: RunPaths) -> Path:
     return paths.private / "checked.json"
 
 
+@functools.cache
 def _versions_adapter() -> Any:
     from pydantic import TypeAdapter
 
@@ -122,7 +124,7 @@ class Checkpoint:
 def load_checkpoint(paths: RunPaths, state: RunState) -> Checkpoint | None:
     """The run's checkpoint if avo signed it for this run; ``None`` otherwise (never an error)."""
     try:
-        body = verified(paths, checkpoint_path(paths).read_bytes())
+        body = read_verified(paths, checkpoint_path(paths))
         if body is None or body.get("format") != FORMAT or body.get("run") != state.id:
             return None
         return Checkpoint(body["run"], int(body["lines"]), int(body["offset"]), str(body["digest"]),

@@ -5,8 +5,10 @@ Two files in ``.avo/`` steer what a command does next: the record checkpoint
 (``pending.json``, what a killed submit still has to write). Each is stored as
 ``{"body": ..., "mac": HMAC-SHA256(key, body)}`` under a random 32-byte key avo writes once
 into ``.avo/check.key`` (mode 0600), so one written by hand, or copied from another run, is
-told apart. An agent that reads the key can still sign one: docs/SECURITY.md says where that
-leaves the record.
+told apart. Every trajectory line avo appends carries the same key's signature of the line
+as a last ``mac`` field, so a line re-chained onto the trajectory by hand cannot steer the
+policy (:class:`LineSignatures`). An agent that reads the key can still sign: docs/SECURITY.md
+says where that leaves the record.
 """
 
 from __future__ import annotations
@@ -20,29 +22,40 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from avo.regular_files import NotRegularFile, open_regular
 from avo.state import RunPaths
+
+# Far above any journal or checkpoint avo writes; a bigger file is not one of them.
+MAX_SIGNED_BYTES = 64 << 20
 
 
 def key_path(paths: RunPaths) -> Path:
     return paths.private / "check.key"
 
 
+def _read_key(paths: RunPaths) -> bytes | None:
+    # Not a plain read: a pipe put where the key is would hang every command (NotRegularFile).
+    fd = open_regular(key_path(paths), why="avo's signing key; delete it and the next command writes a new one")
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read(4096) or None
+
+
 def run_key(paths: RunPaths, *, create: bool) -> bytes | None:
     """The run's key; ``None`` when there is none and ``create`` is false."""
     try:
-        return key_path(paths).read_bytes() or None
+        return _read_key(paths)
     except FileNotFoundError:
         if not create:
             return None
     try:
         fd = os.open(key_path(paths), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:  # another command made it meanwhile
-        return key_path(paths).read_bytes() or None
+        return _read_key(paths)
     with os.fdopen(fd, "wb") as fh:
         fh.write(secrets.token_bytes(32))
         fh.flush()
         os.fsync(fh.fileno())
-    return key_path(paths).read_bytes()
+    return _read_key(paths)
 
 
 def mac(key: bytes, body: Any) -> str:
@@ -65,11 +78,23 @@ def verified(paths: RunPaths, raw: bytes) -> dict[str, Any] | None:
     try:
         data = json.loads(raw)
         body, got = data["body"], data["mac"]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: nesting too deep
         return None
     if not (isinstance(body, dict) and isinstance(got, str) and hmac.compare_digest(got, mac(key, body))):
         return None
     return body
+
+
+def read_verified(paths: RunPaths, path: Path) -> dict[str, Any] | None:
+    """:func:`verified` of the file at ``path``; ``None`` also when it is missing, a link, a
+    pipe or a device (an agent's, read without waiting on it) or bigger than avo writes."""
+    try:
+        fd = open_regular(path, follow_links=False, why="a file avo signs")
+    except (OSError, NotRegularFile):
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        raw = fh.read(MAX_SIGNED_BYTES + 1)
+    return verified(paths, raw) if len(raw) <= MAX_SIGNED_BYTES else None
 
 
 # -- trajectory lines ---------------------------------------------------------------------------
