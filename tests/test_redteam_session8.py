@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,28 +16,9 @@ from avo.engine import open_run, recover, start_run, submit
 from avo.state import read_trajectory, run_lock
 from tests.conftest import set_constants
 from tests.test_record_holds import DRIVER
+from tests.test_redteam_session6 import _avo
 
-ENV = {**os.environ, "AVO_DISABLE_PLUGIN_AUTOLOAD": "1"}
-
-
-def _avo(*args: str, limit: int | None = None) -> subprocess.CompletedProcess[str] | None:
-    """``avo ARGS`` as a process; ``None`` if it was still waiting after a minute (its
-    process group is killed then). ``limit``: its address space capped at that many bytes."""
-    import resource
-
-    def cap() -> None:
-        if limit is not None:
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
-    proc = subprocess.Popen([sys.executable, "-m", "avo", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=ENV, start_new_session=True, preexec_fn=cap)
-    try:
-        out, err = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return None
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+# ``avo ARGS`` as a process, killed (and ``None``) if it still waits after two minutes.
 
 
 # -- what is at .avo/pending.json or .avo/checked.json is not a file -------------------------------
@@ -99,22 +79,30 @@ def test_a_huge_journal_is_set_aside_not_read(toy: Path, runs_root: Path, core_p
 # -- a genuine journal put back after its submit finished ------------------------------------------
 
 
+def _killed_submit(toy: Path, runs_root: Path, tmp_path: Path, x: float,  # type: ignore[no-untyped-def]
+                   point: str = "after-save"):
+    """A run whose v1 is X = 5 and whose next submit (of X = ``x``) was killed at ``point``
+    (tests/test_record_holds.py's driver): "after-save" is after run.json recorded it."""
+    run = start_run(str(toy), runs_root)
+    set_constants(run.paths.work, x=5)
+    assert submit(run, "v1").outcome == "accepted"
+    set_constants(run.paths.work, x=x)
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER)
+    proc = subprocess.run([sys.executable, str(driver), point, str(run.paths.root), "killed"],
+                          capture_output=True, text=True, cwd=Path(__file__).parent.parent, timeout=300)
+    assert proc.returncode == -9, proc.stdout + proc.stderr
+    return run
+
+
 def test_a_replayed_genuine_journal_does_not_wipe_the_agents_work(
         toy: Path, runs_root: Path, core_plugins: None, tmp_path: Path) -> None:
     # The agent keeps a copy of a genuine signed journal (its own submit, killed after the
     # decision was saved) and puts it back after that submit was finished. It is signed, and
     # its step is the last one: finishing it again reset work/ to the best version and
     # cleaned it, deleting every edit and new file the agent had made since.
-    run = start_run(str(toy), runs_root)
+    run = _killed_submit(toy, runs_root, tmp_path, 1)  # worse: rejected
     work = run.paths.work
-    set_constants(work, x=5)
-    assert submit(run, "v1").outcome == "accepted"
-    set_constants(work, x=1)  # worse: rejected
-    driver = tmp_path / "driver.py"
-    driver.write_text(DRIVER)
-    proc = subprocess.run([sys.executable, str(driver), "after-save", str(run.paths.root), "killed"],
-                          capture_output=True, text=True, cwd=Path(__file__).parent.parent, timeout=300)
-    assert proc.returncode == -9, proc.stdout + proc.stderr
     genuine = run.paths.journal.read_bytes()
     run = open_run(run.paths.root, runs_root)
     with run_lock(run.paths):
@@ -171,15 +159,7 @@ def test_a_reader_still_allows_for_a_genuine_submit_in_flight(
         toy: Path, runs_root: Path, core_plugins: None, tmp_path: Path, point: str) -> None:
     # The other side of the test above: a submit killed (or still running) between run.json
     # and the backup leaves a signed journal for its version, and a reader allows for it.
-    run = start_run(str(toy), runs_root)
-    set_constants(run.paths.work, x=5)
-    assert submit(run, "v1").outcome == "accepted"
-    set_constants(run.paths.work, x=6)
-    driver = tmp_path / "driver.py"
-    driver.write_text(DRIVER)
-    proc = subprocess.run([sys.executable, str(driver), point, str(run.paths.root), "killed"],
-                          capture_output=True, text=True, cwd=Path(__file__).parent.parent, timeout=300)
-    assert proc.returncode == -9, proc.stdout + proc.stderr
+    run = _killed_submit(toy, runs_root, tmp_path, 6, point)
     assert run.paths.journal.exists()
     shown = _avo("status", "--run", str(run.paths.root))
     assert shown is not None and shown.returncode == 0, (shown.stdout + shown.stderr) if shown else ""
@@ -191,16 +171,8 @@ def test_edits_made_after_a_killed_rejection_are_kept_when_it_is_finished(
     # No forgery: `avo submit` is killed after its rejection is saved, before work/ is reset
     # (a tool call's timeout). The agent goes on editing work/, and the next command finishes
     # the submit: its reset and clean deleted those edits, kept nowhere.
-    run = start_run(str(toy), runs_root)
+    run = _killed_submit(toy, runs_root, tmp_path, 1)  # worse: rejected
     work = run.paths.work
-    set_constants(work, x=5)
-    assert submit(run, "v1").outcome == "accepted"
-    set_constants(work, x=1)
-    driver = tmp_path / "driver.py"
-    driver.write_text(DRIVER)
-    proc = subprocess.run([sys.executable, str(driver), "after-save", str(run.paths.root), "killed"],
-                          capture_output=True, text=True, cwd=Path(__file__).parent.parent, timeout=300)
-    assert proc.returncode == -9, proc.stdout + proc.stderr
     set_constants(work, x=6)
     (work / "notes.md").write_text("an hour of the agent's work\n")
     run = open_run(run.paths.root, runs_root)
