@@ -68,7 +68,8 @@ def _versions_from_backup(paths: RunPaths, state: RunState) -> list[Version]:
         versions.append(Version(
             n=i, sha=c.sha, tree=c.tree, scalar=scalar, metrics=metrics, message=str(line.get("message", "")),
             step=int(line.get("step", 0)), time=float(line.get("time", 0.0)),
-            notes=prior.notes if prior else None, spread=prior.spread if prior else None, new_best=new_best))
+            notes=prior.notes if prior else None, spread=prior.spread if prior else None, new_best=new_best,
+            secret=prior.secret if prior else None))  # the inputs `avo verify` replays
     return versions
 
 

@@ -589,6 +589,16 @@ def test_edited_terms_are_refused_then_restored(toy: Path, runs_root: Path, core
     assert avo("status")[0] == 0
 
 
+def test_recover_keeps_each_versions_secret(toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # The secret picks the inputs a version was measured on, which `avo verify` replays: a
+    # recover that kept run.json's versions used to drop every one of them.
+    run = started(toy, runs_root)
+    secrets = [v.secret for v in run.state.versions]
+    assert all(secrets)
+    assert avo("recover", "--run", str(run.paths.root))[0] == 0
+    assert [v.secret for v in open_run(run.paths.root, runs_root).state.versions] == secrets
+
+
 def test_counters_that_steer_the_policy_are_checked(toy: Path, runs_root: Path, core_plugins: None) -> None:
     run = started(toy, runs_root)
     # Fake re-measurements of the best would move the reference a candidate is compared with.
