@@ -463,9 +463,9 @@ def _finish_journal(run: Run, notes: list[str]) -> None:
             measured = record.get("tree")
             if isinstance(measured, str) and lineage.is_dirty(state.best_version.sha):
                 try:
-                    _archive_late_edits(run, step, measured, notes)
+                    _archive_late_edits(run, step, measured, notes, after_kill=True)
                 except AvoError:  # the candidate's tree is gone from work/.git: all of work/ against the best
-                    _archive_late_edits(run, step, state.best_version.sha, notes)
+                    _archive_late_edits(run, step, state.best_version.sha, notes, after_kill=True)
             lineage.reset_hard(state.best_version.sha)
         if not recorded:
             append_trajectory(paths, record)
@@ -977,12 +977,14 @@ def _kept_note(moved: list[str], where: Path) -> str:
             f"under the best version's: moved to {where} instead of deleted")
 
 
-def _archive_late_edits(run: Run, step: int, measured: str, notes: list[str], since: str | None = None) -> bool:
+def _archive_late_edits(run: Run, step: int, measured: str, notes: list[str], since: str | None = None,
+                        *, after_kill: bool = False) -> bool:
     """Archive in rejected/ how work/ differs from ``measured`` (edits made while a candidate was
     evaluated), before a reset replaces work/; whether nothing was written since ``since``.
 
     ``since``: work/'s :meth:`~avo.lineage.Lineage.work_signature` from before ``measured`` was
     snapshotted; unchanged, nothing was written since, and the second snapshot is skipped.
+    ``after_kill``: the submit was killed before its reset (the edits may be from after the kill).
     """
     lineage, paths = run.lineage, run.paths
     if since is not None and lineage.work_signature() == since:
@@ -991,11 +993,12 @@ def _archive_late_edits(run: Run, step: int, measured: str, notes: list[str], si
     late_tree = lineage.snapshot_tree()
     late = lineage.diff(measured, late_tree) if late_tree != measured else ""
     if late.strip():
-        late_path = paths.rejected / f"step{step:04d}-edited-during-evaluation.diff"
-        late_path.write_text(f"# step {step}: edits made to work/ while the candidate was being "
-                             f"evaluated (not part of it)\n" + late, encoding="utf-8")
-        notes.append(f"work/ was edited during the evaluation; those edits are in "
-                     f"{late_path.relative_to(paths.root)}")
+        when, what = (("since-measured", "since the candidate was measured (its submit was killed before "
+                       "work/ was reset)") if after_kill else ("during-evaluation", "during the evaluation"))
+        late_path = paths.rejected / f"step{step:04d}-edited-{when}.diff"
+        late_path.write_text(f"# step {step}: edits made to work/ {what}, not part of the candidate\n" + late,
+                             encoding="utf-8")
+        notes.append(f"work/ was edited {what}; those edits are in {late_path.relative_to(paths.root)}")
     return False
 
 

@@ -178,7 +178,7 @@ def test_edits_made_after_a_killed_rejection_are_kept_when_it_is_finished(
     run = open_run(run.paths.root, runs_root)
     with run_lock(run.paths):
         notes = recover(run)
-    archived = "".join(p.read_text() for p in run.paths.rejected.glob("*edited*.diff"))
+    archived = "".join(p.read_text() for p in run.paths.rejected.glob("*-edited-since-measured.diff"))
     assert "an hour of the agent's work" in archived and "X = 6" in archived, notes
-    assert any("edited" in n for n in notes), notes
+    assert any("its submit was killed before work/ was reset" in n for n in notes), notes
     assert "X = 5" in (work / "solution.py").read_text()  # the rejection itself is finished
