@@ -33,15 +33,36 @@ def key_path(paths: RunPaths) -> Path:
     return paths.private / "check.key"
 
 
-def _read_key(paths: RunPaths) -> bytes | None:
+# Follows the key in a key written with a run's first trajectory line: every line is signed,
+# so a trajectory whose signatures were stripped (line 1's included) is not taken as a run
+# started before signing, whose lines all count.
+_LINES_SIGNED = b"\nevery trajectory line signed\n"
+
+
+def _read_raw(paths: RunPaths) -> bytes:
     # Not a plain read: a pipe put where the key is would hang every command (NotRegularFile).
     fd = open_regular(key_path(paths), why="avo's signing key; delete it and the next command writes a new one")
     with os.fdopen(fd, "rb") as fh:
-        return fh.read(4096) or None
+        return fh.read(4096)
 
 
-def run_key(paths: RunPaths, *, create: bool) -> bytes | None:
-    """The run's key; ``None`` when there is none and ``create`` is false."""
+def _read_key(paths: RunPaths) -> bytes | None:
+    return _read_raw(paths).removesuffix(_LINES_SIGNED) or None
+
+
+def lines_signed_from_start(paths: RunPaths) -> bool:
+    """Whether the run's key was written with its first trajectory line (so every line is signed)."""
+    try:
+        return _read_raw(paths).endswith(_LINES_SIGNED)
+    except FileNotFoundError:
+        return False
+
+
+def run_key(paths: RunPaths, *, create: bool, first_line: bool = False) -> bytes | None:
+    """The run's key; ``None`` when there is none and ``create`` is false.
+
+    ``first_line``: the key is made for the run's first trajectory line (marked so).
+    """
     try:
         return _read_key(paths)
     except FileNotFoundError:
@@ -52,7 +73,7 @@ def run_key(paths: RunPaths, *, create: bool) -> bytes | None:
     except FileExistsError:  # another command made it meanwhile
         return _read_key(paths)
     with os.fdopen(fd, "wb") as fh:
-        fh.write(secrets.token_bytes(32))
+        fh.write(secrets.token_bytes(32) + (_LINES_SIGNED if first_line else b""))
         fh.flush()
         os.fsync(fh.fileno())
     return _read_key(paths)
@@ -124,13 +145,15 @@ def line_signed(key: bytes | None, line: bytes) -> bool | None:
 class LineSignatures:
     """Which of a run's trajectory lines may steer the policy.
 
-    A run whose first line is signed (every run started since signing) counts a line only
-    if its signature is valid under the run's key; an older run's lines all count, as before.
+    A run whose first line is signed, or whose key was written with it (every run started
+    since signing), counts a line only if its signature is valid under the run's key; an older
+    run's lines all count, as before.
     """
 
     def __init__(self, paths: RunPaths, first_line: bytes | None):
         self.key = run_key(paths, create=False)
-        self.signed_run = first_line is not None and line_signed(self.key, first_line) is not None
+        self.signed_run = lines_signed_from_start(paths) or \
+            (first_line is not None and line_signed(self.key, first_line) is not None)
 
     def counts(self, line: bytes) -> bool:
         return not self.signed_run or line_signed(self.key, line) is True

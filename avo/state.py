@@ -490,7 +490,7 @@ def append_trajectory(paths: RunPaths, record: dict[str, Any], *, whole: bool = 
         record = {"time": round(time.time(), 3), **record, **link_after(count, last)}
         from avo.run_key import run_key, sign_line  # (it imports this module)
 
-        key = run_key(paths, create=True)
+        key = run_key(paths, create=True, first_line=count == 0)
         assert key is not None
         line = sign_line(key, json.dumps(record, sort_keys=False, default=str).encode())
         with open(paths.trajectory, "ab") as fh:
