@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from avo.chain import RECOVERED, acknowledged, parse, split_lines
+from avo.chain import RECOVERED, verify
 from avo.contract import gain
 from avo.errors import RecordError
 from avo.lineage import BRANCH, read_any, read_commits, ref_of
@@ -121,13 +121,15 @@ def _restore_counters(paths: RunPaths, state: RunState) -> list[str]:
     """Re-measurements and the supervisor's due state, as the trajectory records them."""
     remeasured: dict[int, list[float]] = {}
     due: str | None = None
-    lines, _ = split_lines(trajectory_bytes(paths))
-    records = [parse(line) for line in lines]
-    aside = acknowledged(records)
+    # The lines the record check skips: broken ones (set aside now or before). Not every line a
+    # `recovered` record names: that record may be the agent's, naming an intact line of avo's.
+    report = verify(trajectory_bytes(paths), state.chain)
+    lines, records = report.lines, report.records
     signatures = LineSignatures(paths, lines[0] if lines else None)
     for n, r in enumerate(records, 1):
-        if r is None or n in aside or (Fold.bears_counters(r) and not signatures.counts(lines[n - 1])):
-            continue  # set aside, or a line avo did not sign claiming counters
+        if r is None or n in report.problems or n in report.flagged or \
+                (Fold.bears_counters(r) and not signatures.counts(lines[n - 1])):
+            continue  # broken, or a line avo did not sign claiming counters
         if r.get("kind") == "submit" and isinstance(r.get("confirm"), dict) and isinstance(r.get("best_before"), int):
             remeasured.setdefault(r["best_before"], []).extend(r["confirm"].get("best") or [])
         elif r.get("kind") == "supervisor_due":

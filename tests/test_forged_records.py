@@ -168,3 +168,23 @@ def test_a_run_made_to_look_unsigned_by_stripping_its_signatures_still_refuses_f
     set_constants(run.paths.work, x=2)  # worse than the best (X = 4)
     assert submit(open_run(run.paths.root, runs_root), "X=2").outcome == "rejected"
     assert open_run(run.paths.root, runs_root).state.best_version.n == best.n
+
+
+def test_a_forged_recovered_record_cannot_make_avo_recover_drop_the_bests_re_measurements(
+        noisy: Path, runs_root: Path, core_plugins: None) -> None:  # noqa: F811
+    # `avo recover` skipped every line any `recovered` record named, intact or not: an agent's
+    # one such line naming avo's own submit dropped its re-measurements from run.json, and the
+    # record check (which counts them) then refused the run after every recover.
+    from tests.test_noise import set_model
+
+    run = start_run(str(noisy), runs_root, stall_limit=10)
+    set_model(run.paths.work, 1.0, 137)
+    assert submit(run, "noise").outcome == "rejected"
+    taken = open_run(run.paths.root, runs_root).state.remeasured
+    lines = run.paths.trajectory.read_bytes().splitlines()
+    n = next(i for i, line in enumerate(lines, 1) if b'"confirm"' in line)
+    assert taken
+    rechain(run, {"kind": "recovered", "acknowledged": [{"line": n, "sha": hashlib.sha256(lines[n - 1]).hexdigest()}]})
+    avo_cli("recover", "--run", str(run.paths.root))
+    assert avo_cli("status", "--run", str(run.paths.root))[0] == 0
+    assert open_run(run.paths.root, runs_root).state.remeasured == taken
