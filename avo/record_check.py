@@ -21,7 +21,7 @@ from avo.errors import RecordError
 from avo.lineage import BRANCH, META_DIR, blob_id, commit_message, object_ids, read_commits, read_object, ref_of
 from avo.record_checkpoint import Fold  # the incremental check folds the same counters
 from avo.record_format import parse_trailers, scores_file, scores_line, terms, terms_digest
-from avo.run_key import LineSignatures, first_line
+from avo.run_key import LineSignatures
 from avo.state import RunPaths, RunState, Version, load_state, read_trajectory, trajectory_bytes
 from avo.terms_compare import terms_differences
 
@@ -159,14 +159,13 @@ def _terms_problems(paths: RunPaths, state: RunState) -> list[str]:
             for key, now, then in terms_differences(recorded, terms(state))[:8]]
 
 
-def _record_problems_elsewhere(paths: RunPaths, state: RunState, records: list[dict[str, Any] | None],
-                               lines: list[bytes]) -> list[str]:
+def _record_problems_elsewhere(state: RunState, records: list[dict[str, Any] | None], lines: list[bytes],
+                               signatures: LineSignatures) -> list[str]:
     """Counters that steer the policy, checked against the trajectory that produced them."""
     problems = []
     fold = Fold()
-    signatures = LineSignatures(paths, lines[0] if lines else None)
     for n, r in enumerate(records, 1):
-        if r and (not Fold.bears_counters(r) or signatures.counts(lines[n - 1])):
+        if r and Fold.may_count(r, lines[n - 1], signatures):
             fold.counters(n, r)
     due = fold.due
     recorded = {k: v for k, v in state.remeasured.items() if v}
@@ -196,6 +195,7 @@ class TrajectoryFindings:
     other: list[str] = field(default_factory=list)
     data: bytes = b""  # what was checked, for a checkpoint of it (avo.record_checkpoint)
     report: ChainReport | None = None
+    signatures: LineSignatures | None = None  # which of its lines may move the counters
 
     def describe(self) -> list[str]:
         out = [f"trajectory.jsonl line {n} {what}" for n, what in sorted(self.lines.items())]
@@ -218,13 +218,13 @@ def trajectory_findings(paths: RunPaths, state: RunState, locked: bool) -> Traje
     max_step = 0
     versions = state.versions
     set_aside = acknowledged(report.records)  # lines `avo recover` set aside, by the hash they had then
-    signatures = LineSignatures(paths, report.lines[0] if report.lines else None)
+    signatures = found.signatures = LineSignatures(paths, report.lines[0] if report.lines else None)
     for n, r in enumerate(report.records, 1):
         if r is None or n in report.flagged or n in report.problems:
             continue
         if n in set_aside and set_aside[n] == line_hash(report.lines[n - 1]):
             continue
-        if Fold.bears_counters(r) and not signatures.counts(report.lines[n - 1]):
+        if not Fold.may_count(r, report.lines[n - 1], signatures):
             found.lines[n] = (f"records {_counter_claim(r)}, but avo did not sign it (a line written by hand: "
                               "it does not count)")
             continue
@@ -263,7 +263,7 @@ def trajectory_findings(paths: RunPaths, state: RunState, locked: bool) -> Traje
     if locked or not journal:
         good = [r if n not in report.flagged and n not in report.problems else None
                 for n, r in enumerate(report.records, 1)]
-        found.other += _record_problems_elsewhere(paths, state, good, report.lines)
+        found.other += _record_problems_elsewhere(state, good, report.lines, signatures)
     found.line_hashes = {n: line_hash(report.lines[n - 1]) for n in found.lines}
     return found
 
@@ -291,9 +291,10 @@ def record_problems(paths: RunPaths, state: RunState, *, locked: bool) -> list[s
                         "(every accepted version becomes the best)")
     found = trajectory_findings(paths, state, locked)
     problems += _lineage_problems(paths, state, locked) + _terms_problems(paths, state) + found.describe()
-    if not problems and locked and not paths.journal.exists() and found.report is not None:
+    if not problems and locked and not paths.journal.exists() and found.report is not None \
+            and found.signatures is not None:
         fresh = fresh_checkpoint(state, found.data, found.report.records, found.report.lines,
-                                 set(found.report.flagged), LineSignatures(paths, first_line(found.data)))
+                                 set(found.report.flagged), found.signatures)
         if fresh is not None:
             save_checkpoint(paths, fresh)
     return problems

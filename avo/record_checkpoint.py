@@ -71,6 +71,11 @@ class Fold:
         return (r.get("kind") == "submit" and isinstance(r.get("confirm"), dict)) or \
             r.get("kind") in ("supervisor_due", "supervisor_record")
 
+    @staticmethod
+    def may_count(r: dict[str, Any], line: bytes, signatures: LineSignatures) -> bool:
+        """Whether ``r`` (read from ``line``) may move the counters: it moves none, or avo signed it."""
+        return not Fold.bears_counters(r) or signatures.counts(line)
+
     def counters(self, n: int, r: dict[str, Any]) -> None:
         """Re-measurements and the supervisor's due state (the full check folds them here too).
 
@@ -160,7 +165,7 @@ def fresh_checkpoint(state: RunState, data: bytes, records: list[dict[str, Any] 
             fold.excused.update(x for x in r.get("unrecorded_versions") or [] if isinstance(x, int))
         if n not in aside:
             fold.start(r)
-        if not Fold.bears_counters(r) or signatures.counts(lines[n - 1]):
+        if Fold.may_count(r, lines[n - 1], signatures):
             fold.counters(n, r)
         if r.get("kind") != "submit":
             continue
@@ -259,7 +264,7 @@ def quick_check(paths: RunPaths, state: RunState, *, locked: bool) -> Checkpoint
         prev = line_hash(line)
         if r.get("kind") == "eval" and r.get("id") == "seed" and r.get("scalar") != versions[0].scalar:
             return None
-        if Fold.bears_counters(r) and not signatures.counts(line):
+        if not Fold.may_count(r, line, signatures):
             return None  # a line avo did not sign claims counters: the full check names it
         fold.start(r)
         fold.counters(n, r)

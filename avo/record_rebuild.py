@@ -128,7 +128,7 @@ def _restore_counters(paths: RunPaths, state: RunState) -> list[str]:
     signatures = LineSignatures(paths, lines[0] if lines else None)
     for n, r in enumerate(records, 1):
         if r is None or n in report.problems or n in report.flagged or \
-                (Fold.bears_counters(r) and not signatures.counts(lines[n - 1])):
+                not Fold.may_count(r, lines[n - 1], signatures):
             continue  # broken, or a line avo did not sign claiming counters
         if r.get("kind") == "submit" and isinstance(r.get("confirm"), dict) and isinstance(r.get("best_before"), int):
             remeasured.setdefault(r["best_before"], []).extend(r["confirm"].get("best") or [])

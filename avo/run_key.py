@@ -50,14 +50,6 @@ def _read_key(paths: RunPaths) -> bytes | None:
     return _read_raw(paths).removesuffix(_LINES_SIGNED) or None
 
 
-def lines_signed_from_start(paths: RunPaths) -> bool:
-    """Whether the run's key was written with its first trajectory line (so every line is signed)."""
-    try:
-        return _read_raw(paths).endswith(_LINES_SIGNED)
-    except FileNotFoundError:
-        return False
-
-
 def run_key(paths: RunPaths, *, create: bool, first_line: bool = False) -> bytes | None:
     """The run's key; ``None`` when there is none and ``create`` is false.
 
@@ -151,8 +143,13 @@ class LineSignatures:
     """
 
     def __init__(self, paths: RunPaths, first_line: bytes | None):
-        self.key = run_key(paths, create=False)
-        self.signed_run = lines_signed_from_start(paths) or \
+        try:
+            raw = _read_raw(paths)
+        except FileNotFoundError:
+            raw = b""
+        self.key = raw.removesuffix(_LINES_SIGNED) or None
+        # Marked: the key was written with the run's first trajectory line, so every line is signed.
+        self.signed_run = raw.endswith(_LINES_SIGNED) or \
             (first_line is not None and line_signed(self.key, first_line) is not None)
 
     def counts(self, line: bytes) -> bool:
