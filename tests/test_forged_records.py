@@ -12,6 +12,7 @@ import hashlib
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from avo.cli.app import app
@@ -100,20 +101,37 @@ def remeasured_at_minus_1e9(run) -> dict:  # type: ignore[no-untyped-def]
             "best_before": best.n, "scalar": -1e9, "confirm": {"candidate": [-1e9], "best": [-1e9, -1e9]}}
 
 
+def unsign_and_rechain(run, extra: dict) -> None:  # type: ignore[no-untyped-def]
+    """Rewrite the whole trajectory without its signatures, re-chained, then append ``extra``."""
+    records = [json.loads(line) for line in run.paths.trajectory.read_bytes().splitlines()]
+    out: list[bytes] = []
+    for r in records:
+        r.pop("mac", None)
+        if out:
+            r["prev"] = hashlib.sha256(out[-1]).hexdigest()
+        out.append(json.dumps(r).encode())
+    run.paths.trajectory.write_bytes(b"".join(line + b"\n" for line in out))
+    rechain(run, extra)
+
+
+@pytest.mark.parametrize("forge", ["rechain", "unsign_and_rechain"])
 def test_re_measurements_re_chained_onto_the_trajectory_are_named_and_never_taken(
-        toy: Path, runs_root: Path, core_plugins: None) -> None:
-    # Adopted as a line a killed command left past the head, refused as a difference from
-    # run.json, then taken into run.json by `avo recover`: a candidate at 10.09 against the
-    # best's 15.20 was then accepted as "+100 %".
+        toy: Path, runs_root: Path, core_plugins: None, forge: str) -> None:
+    # rechain: adopted as a line a killed command left past the head, refused as a difference
+    # from run.json, then taken into run.json by `avo recover`: a candidate at 10.09 against
+    # the best's 15.20 was then accepted as "+100 %". unsign_and_rechain: the run counted as
+    # unsigned (every line counts) when its FIRST line carried no signature, so an agent
+    # stripped them all, re-chained the file, and appended its re-measurements.
     run = started(toy, runs_root)
     best = run.state.best_version
-    rechain(run, remeasured_at_minus_1e9(run))
+    {"rechain": rechain, "unsign_and_rechain": unsign_and_rechain}[forge](run, remeasured_at_minus_1e9(run))
     code, out = avo_cli("status", "--run", str(run.paths.root))
-    assert code == 1 and "records re-measurements of v1 [-1000000000.0, -1000000000.0], but avo did not sign it" in out
+    assert code == 1, out
+    assert "records re-measurements of v1 [-1000000000.0, -1000000000.0], but avo did not sign it" in out
     assert avo_cli("recover", "--run", str(run.paths.root))[0] == 0
     assert open_run(run.paths.root, runs_root).state.remeasured == {}
     assert avo_cli("status", "--run", str(run.paths.root))[0] == 0  # the line is set aside, kept
-    set_constants(run.paths.work, x=2)
+    set_constants(run.paths.work, x=2)  # worse than the best (X = 4)
     out_ = submit(open_run(run.paths.root, runs_root), "X=2")
     assert out_.outcome == "rejected", out_.reason
     assert open_run(run.paths.root, runs_root).state.best_version.n == best.n
@@ -138,36 +156,6 @@ def test_a_supervisor_answer_re_chained_onto_the_trajectory_does_not_count(
     rechain(run, {"kind": "supervisor_record", "step": run.state.steps})
     code, out = avo_cli("status", "--run", str(run.paths.root))
     assert code == 1 and "records an answer to the supervisor, but avo did not sign it" in out
-
-
-def unsign_and_rechain(run, extra: dict) -> None:  # type: ignore[no-untyped-def]
-    """Rewrite the whole trajectory without its signatures, re-chained, then append ``extra``."""
-    records = [json.loads(line) for line in run.paths.trajectory.read_bytes().splitlines()]
-    out: list[bytes] = []
-    for r in records:
-        r.pop("mac", None)
-        if out:
-            r["prev"] = hashlib.sha256(out[-1]).hexdigest()
-        out.append(json.dumps(r).encode())
-    run.paths.trajectory.write_bytes(b"".join(line + b"\n" for line in out))
-    rechain(run, extra)
-
-
-def test_a_run_made_to_look_unsigned_by_stripping_its_signatures_still_refuses_forged_counters(
-        toy: Path, runs_root: Path, core_plugins: None) -> None:
-    # The run counted as unsigned (every line counts) when its FIRST line carried no signature,
-    # so an agent stripped them all, re-chained the file, and appended its re-measurements.
-    run = started(toy, runs_root)
-    best = run.state.best_version
-    unsign_and_rechain(run, remeasured_at_minus_1e9(run))
-    code, out = avo_cli("status", "--run", str(run.paths.root))
-    assert code == 1, out
-    assert "records re-measurements of v1 [-1000000000.0, -1000000000.0], but avo did not sign it" in out
-    avo_cli("recover", "--run", str(run.paths.root))
-    assert open_run(run.paths.root, runs_root).state.remeasured == {}
-    set_constants(run.paths.work, x=2)  # worse than the best (X = 4)
-    assert submit(open_run(run.paths.root, runs_root), "X=2").outcome == "rejected"
-    assert open_run(run.paths.root, runs_root).state.best_version.n == best.n
 
 
 def test_a_forged_recovered_record_cannot_make_avo_recover_drop_the_bests_re_measurements(
