@@ -1166,7 +1166,7 @@ def submit(
             state.best = n
             state.failures_in_row = 0
             state.steps_since_best = 0 if new_best else state.steps_since_best + 1
-            lineage.set_ref(f"refs/tags/v{n}", sha)  # recover() made every other tag exact already
+            lineage.add_tag(f"v{n}", sha, _tags(state))  # recover() made every other tag exact already
             _update_supervisor(state, None, outcome)
             save_state(paths, state)  # the commit point
             append_trajectory(paths, record)

@@ -19,9 +19,11 @@ agent edits meanwhile. Read-only questions (is work/ dirty?) write nothing in th
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import io
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -498,6 +500,71 @@ def _packed_refs(git_dir: Path) -> dict[str, str]:
         if line[:1] not in ("#", "^") and _is_sha(sha):
             out[name] = sha
     return out
+
+
+def _is_version_tag(name: str) -> bool:
+    return name[:1] == "v" and name[1:].isdigit() and name.isascii()
+
+
+_PACKED_HEADER = "# pack-refs with: peeled fully-peeled sorted \n"
+
+
+# A vN tag's line in packed-refs, with the peeled id git writes after an annotated tag.
+_VERSION_TAG_LINE = re.compile(r"^([0-9a-f]{40}) refs/tags/(v[0-9]+)\n(?:\^[^\n]*\n)?", re.MULTILINE)
+
+
+def _split_packed_refs(raw: str) -> tuple[str, list[tuple[str, str]], dict[str, str], bool]:
+    """``packed-refs`` as its header, the entries that are not avo's ``vN`` tags (each with its
+    peeled line, verbatim, keyed by the ref's name), the ``vN`` tags (name to id), and whether
+    the file is exactly as :meth:`Lineage.set_tags` writes it (avo's tags only, in git's order).
+
+    The tags are matched by one regular expression over the whole file (10,000 of them in
+    ~2 ms); only the agent's own entries, usually none, are parsed line by line."""
+    raw += "\n"
+    found = _VERSION_TAG_LINE.findall(raw)
+    tags = {name: sha for sha, name in found}
+    header = _PACKED_HEADER
+    kept: list[tuple[str, str]] = []
+    first = raw[:raw.index("\n") + 1]
+    if first.startswith("#") and raw.count("\n") == len(found) + 1:  # the header and avo's tags only
+        names = [f"refs/tags/{name}" for _sha, name in found]
+        return first, kept, tags, all(a < b for a, b in zip(names, names[1:], strict=False))  # ASCII: bytes' order
+    peelable = False  # the line before was a kept entry without its peeled id yet
+    for line in _VERSION_TAG_LINE.sub("", raw).splitlines():
+        if line.startswith("#"):
+            header = line + "\n"
+        elif line.startswith("^"):
+            if peelable:
+                kept[-1] = (kept[-1][0], kept[-1][1] + line + "\n")
+            peelable = False
+        else:
+            sha, _, name = line.partition(" ")
+            peelable = _is_sha(sha) and name.startswith("refs/")
+            if peelable:  # any other line would make git refuse the file: it is not written back
+                kept.append((name, line + "\n"))
+    return header, kept, tags, False
+
+
+def _refuse_odd_packed_refs(git_dir: Path) -> None:
+    """A pipe (or anything but a file) where git keeps ``packed-refs`` is named, not replaced:
+    the agent's own packed refs may be behind it, and git would wait on it for good."""
+    try:
+        mode = os.stat(git_dir / "packed-refs").st_mode
+    except OSError:
+        return  # none (or a dangling link): git reads no packed refs, and avo writes the file
+    if stat.S_ISDIR(mode):
+        raise AvoError(f"{git_dir / 'packed-refs'} is a folder where git keeps its packed refs: move it away "
+                       "and run the command again")
+    _refuse_waiting(str(git_dir / "packed-refs"), mode)
+
+
+def _loose_version_tags(tags: Path) -> dict[str, Path]:
+    """The loose ``vN`` tag files under ``refs/tags`` (name to path); other tags are the agent's."""
+    try:
+        with os.scandir(tags) as it:
+            return {e.name: Path(e.path) for e in it if _is_version_tag(e.name) and not e.is_dir(follow_symlinks=False)}
+    except OSError:
+        return {}
 
 
 def _is_sha(value: str) -> bool:
@@ -1164,25 +1231,51 @@ class Lineage:
         return True
 
     def set_tags(self, wanted: dict[str, str]) -> list[str]:
-        """Make ``vN`` tags exactly ``wanted``; return what had to be repaired."""
+        """Make the ``vN`` tags exactly ``wanted``, all of them in ``packed-refs``; return the
+        names that had to be repaired (moved, deleted, added by someone else, or missing).
+
+        Every command checks every tag, so they live in the one file git packs refs into, not
+        one loose file each: at 10,000 versions reading loose tags cost ~650 ms per submit,
+        the packed file ~15 ms. A loose ``vN`` (``git tag`` writes one) is folded into
+        ``packed-refs`` and removed; the agent's other refs are kept as they are. The file
+        is left alone only when it holds exactly avo's tags, in git's order; otherwise it is
+        rewritten (sorted, the agent's entries verbatim with their peeled lines).
+        """
         self.objects()
-        current = {name[len("refs/tags/"):]: sha for name, sha in _packed_refs(self.git_dir).items()
-                   if name.startswith("refs/tags/")}
-        tags = self.git_dir / "refs" / "tags"
-        for path in tags.rglob("*") if tags.is_dir() else []:
-            if path.is_file() and not path.name.endswith(".lock"):
-                name = path.relative_to(tags).as_posix()
-                current[name] = _resolve_ref(self.git_dir, f"refs/tags/{name}") or ""
-        repaired = []
-        for name, sha in wanted.items():
-            if current.get(name) != sha:
-                self.set_ref(f"refs/tags/{name}", sha)
-                repaired.append(name)
-        for name in current:
-            if name not in wanted and name[:1] == "v" and name[1:].isdigit():
-                self.git("tag", "-d", name)
-                repaired.append(name)
+        git_dir = self.git_dir
+        _refuse_odd_packed_refs(git_dir)
+        header, kept, packed, ordered = _split_packed_refs(_small_file(git_dir / "packed-refs"))
+        loose = _loose_version_tags(git_dir / "refs" / "tags")
+        current = {**packed, **{name: _small_file(path) for name, path in loose.items()}}  # loose wins, as in git
+        repaired = [name for name, sha in wanted.items() if current.get(name) != sha]
+        repaired += [name for name in current if name not in wanted]
+        if ordered and not loose and not repaired:
+            return []
+        for name in repaired:
+            if name in wanted:
+                self._read(wanted[name], "commit")  # a ref only ever names a commit avo can read
+        entries = [*kept, *((f"refs/tags/{name}", f"{sha} refs/tags/{name}\n") for name, sha in wanted.items())]
+        entries.sort(key=lambda e: e[0].encode())  # git's order: by the name's bytes
+        _write_file_atomic(git_dir / "packed-refs", (header + "".join(e[1] for e in entries)).encode())
+        for path in loose.values():  # after the packed file holds the right value: loose would win over it
+            path.unlink(missing_ok=True)
         return repaired
+
+    def add_tag(self, name: str, sha: str, wanted: dict[str, str]) -> None:
+        """Add the new version's tag ``name`` (one of ``wanted``, whose others :meth:`set_tags`
+        made exact just before) as one line put in its place, without parsing the file."""
+        path = self.git_dir / "packed-refs"
+        raw = _small_file(path)
+        lines = (raw + "\n").splitlines(keepends=True) if raw else []
+        if not lines or not lines[0].startswith("#") or "\n^" in raw or f" refs/tags/{name}\n" in raw + "\n" \
+                or _loose_version_tags(self.git_dir / "refs" / "tags"):
+            self.set_tags(wanted)  # not as set_tags leaves it: the whole check and rewrite
+            return
+        self._read(sha, "commit")
+        ref = f"refs/tags/{name}".encode()
+        at = bisect.bisect(lines, ref, lo=1, key=lambda line: line[41:-1].encode())
+        lines.insert(at, f"{sha} refs/tags/{name}\n")
+        _write_file_atomic(path, "".join(lines).encode())
 
     # -- the private backup ---------------------------------------------------------------
     def backup(self, mirror: Path, sha: str) -> None:
@@ -1259,7 +1352,14 @@ class Lineage:
         read (and avo's reader where avo reads it), while the record is read from the backup.
         """
         objects = self.git_dir / "objects"
-        packed = packed_ids(objects / "pack", [bytes.fromhex(s) for s in shas if _is_sha(s)])
+        joined = "".join(shas)
+        if len(joined) == 40 * len(shas) and not joined.strip("0123456789abcdef"):  # all ids: no loop per id
+            raw = bytes.fromhex(joined)
+            ids = [raw[i:i + 20] for i in range(0, len(raw), 20)]
+            packed = packed_ids(objects / "pack", ids)
+            shas = [sha for sha, id_ in zip(shas, ids, strict=True) if id_ not in packed]
+        else:
+            packed = packed_ids(objects / "pack", [bytes.fromhex(s) for s in shas if _is_sha(s)])
         listed: dict[str, dict[str, bool]] = {}
         missing = []
         for sha in shas:

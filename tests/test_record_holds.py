@@ -214,3 +214,50 @@ def test_two_submits_never_interleave(toy: Path, runs_root: Path, core_plugins: 
     state = open_run(run.paths.root, runs_root).state
     assert state.steps == 1 and len(state.versions) == 2
     assert [r["step"] for r in read_trajectory(run.paths) if r.get("kind") == "submit"] == [1]
+
+
+def test_version_tags_live_in_packed_refs_and_the_agents_own_refs_are_kept(
+    toy: Path, runs_root: Path, core_plugins: None
+) -> None:
+    """Every command checks every tag: they are kept in packed-refs (one file, not one per version)."""
+    run = start_run(str(toy), runs_root)
+    work = run.paths.work
+    for x in (5, 6):
+        set_constants(work, x=x)
+        assert submit(run, f"X={x}").outcome == "accepted"
+    loose = work / ".git" / "refs" / "tags"
+    assert not list(loose.iterdir())
+    state = open_run(run.paths.root, runs_root).state
+    truth = {f"v{v.n}": v.sha for v in state.versions}
+    assert tags(work) == truth
+
+    # The agent packs every ref (its annotated tag gets a peeled line), then moves and deletes tags.
+    git(work, "-c", "user.name=a", "-c", "user.email=a@b", "tag", "-a", "-m", "mine", "ann", "v1")
+    git(work, "tag", "light", "v0")
+    git(work, "pack-refs", "--all")
+    git(work, "tag", "-d", "v0")
+    git(work, "tag", "-f", "v2", truth["v1"])  # a loose v2 overrides the packed one
+    git(work, "tag", "v7", "HEAD")
+    set_constants(work, x=7)
+    out = submit(open_run(run.paths.root, runs_root), "X=7")
+    assert out.outcome == "accepted"
+    assert any("restored tags" in n and "v0" in n and "v2" in n and "v7" in n for n in out.notes), out.notes
+    truth[f"v{out.version.n}"] = out.version.sha  # type: ignore[union-attr]
+    assert {t: s for t, s in tags(work).items() if t[1:].isdigit()} == truth
+    assert tags(work)["ann"] == truth["v1"] and tags(work)["light"] == truth["v0"]
+    assert git(work, "cat-file", "-t", "ann") == "tag"  # still the agent's annotated tag, peeled as before
+    assert f"{truth['v1']} refs/tags/ann^{{}}" in git(work, "show-ref", "-d", "ann")
+    assert not list(loose.iterdir())
+
+    # A packed-refs file out of git's order (git then misses tags it binary-searches) is rewritten.
+    packed = work / ".git" / "packed-refs"
+    head, *rest = packed.read_text().splitlines()
+    packed.write_text("\n".join([head, *reversed([x for x in rest if not x.startswith("^")])]) + "\n")
+    with (work / "solution.py").open("a") as fh:
+        fh.write("# the same score: accepted as a tie\n")
+    assert submit(open_run(run.paths.root, runs_root), "a tie").outcome == "accepted"
+    names = [x.split(" ")[1] for x in packed.read_text().splitlines()[1:] if not x.startswith("^")]
+    assert names == sorted(names, key=str.encode)
+    state = open_run(run.paths.root, runs_root).state
+    assert {t: s for t, s in tags(work).items() if t[1:].isdigit()} == {f"v{v.n}": v.sha for v in state.versions}
+    assert git(work, "fsck", "--no-dangling") == ""
