@@ -161,6 +161,20 @@ def test_help_imports_nothing_heavy(argv: list[str]) -> None:
     assert "HEAVY []" in proc.stdout, proc.stdout + proc.stderr
 
 
+LOAD_HEAVY = ("asyncio", "git", "gitdb", "numpy", "matplotlib", "torch", "mcp", "anthropic", "openai", "yaml")
+
+
+def test_loading_every_installed_plugin_imports_nothing_heavy() -> None:
+    # Every command that touches a run loads every plugin; their modules defer what is heavy
+    # (asyncio alone was ~20 ms of each `avo submit`, through the agent_sdk backend).
+    pytest.importorskip("avo_backend_agent_sdk")
+    code = ("import sys\nfrom avo.plugins import get_plugin_manager, plugin_records\nget_plugin_manager()\n"
+            "print('LOADED', sorted(r.name for r in plugin_records() if not r.error))\n"
+            f"print('HEAVY', sorted({{m.split('.')[0] for m in sys.modules}} & set({LOAD_HEAVY!r})))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "'agent_sdk'" in proc.stdout and "HEAVY []" in proc.stdout, proc.stdout + proc.stderr
+
+
 def test_status_reads_the_lineage_only_through_its_readers(toy: Path, runs_root: Path, core_plugins: None,
                                                            tmp_path: Path) -> None:
     from avo.engine import start_run, submit

@@ -9,7 +9,6 @@ missing, the backend reports "not available" with the reason.
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import shutil
 import time
@@ -150,6 +149,8 @@ def to_step_result(c: Collected, wall: float, *, timed_out: bool, timeout: float
 
 
 def _run(prompt: str, options: Any, timeout: float) -> tuple[Collected, bool, str | None, float]:
+    import asyncio  # here, not at import: every avo command loads this plugin, ~20 ms for asyncio
+
     sink = Collected()
     started = time.monotonic()
     timed_out, crash = False, None
