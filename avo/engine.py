@@ -730,7 +730,7 @@ def start_run(
     options = RunOptions(
         max_steps=max_steps, quick=quick, failure_limit=failure_limit,
         stall_limit=stall_limit or spec.stall_limit, noise=spec.noise, sandbox=sandbox,
-        executor=executor, executor_options=executor_options,
+        executor=executor, executor_options=executor_options, signed_lines=True,
     )
     state = RunState(
         id=run_id, created=time.time(), avo_version=__version__, target=spec, options=options,

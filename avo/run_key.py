@@ -137,9 +137,9 @@ def line_signed(key: bytes | None, line: bytes) -> bool | None:
 class LineSignatures:
     """Which of a run's trajectory lines may steer the policy.
 
-    A run whose first line is signed, or whose key was written with it (every run started
-    since signing), counts a line only if its signature is valid under the run's key; an older
-    run's lines all count, as before.
+    A run whose first line is signed, whose key was written with it, or whose start record's
+    terms say so (every run started since signing) counts a line only if its signature is valid
+    under the run's key; an older run's lines all count, as before.
     """
 
     def __init__(self, paths: RunPaths, first_line: bytes | None):
@@ -150,10 +150,20 @@ class LineSignatures:
         self.key = raw.removesuffix(_LINES_SIGNED) or None
         # Marked: the key was written with the run's first trajectory line, so every line is signed.
         self.signed_run = raw.endswith(_LINES_SIGNED) or \
-            (first_line is not None and line_signed(self.key, first_line) is not None)
+            (first_line is not None and (line_signed(self.key, first_line) is not None or _started_signed(first_line)))
 
     def counts(self, line: bytes) -> bool:
         return not self.signed_run or line_signed(self.key, line) is True
+
+
+def _started_signed(line: bytes) -> bool:
+    """The start record's terms (pinned by v0's commit, which the record check holds them to)
+    say every line of the run is signed: true with its key deleted and every ``mac`` stripped."""
+    try:
+        record = json.loads(line)
+        return record.get("kind") == "start" and record["terms"]["options"].get("signed_lines") is True
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return False
 
 
 def first_line(data: bytes) -> bytes | None:

@@ -68,6 +68,10 @@ class RunOptions(BaseModel):
     sandbox: str = "auto"  # what was asked for: auto, bwrap or none
     executor: str = "local"  # where evaluations run (avo.executors); runs before executors: local
     executor_options: dict[str, str] = Field(default_factory=dict)
+    # Every trajectory line of this run is signed (avo.run_key): set at the start of every run
+    # since signing and pinned with the terms by v0's commit, so deleting the key and stripping
+    # the signatures does not make the run look like an older one, whose lines all count.
+    signed_lines: bool = False
 
 
 class SupervisorState(BaseModel):

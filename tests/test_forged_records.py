@@ -114,7 +114,13 @@ def unsign_and_rechain(run, extra: dict) -> None:  # type: ignore[no-untyped-def
     rechain(run, extra)
 
 
-@pytest.mark.parametrize("forge", ["rechain", "unsign_and_rechain"])
+def unsign_rechain_and_delete_key(run, extra: dict) -> None:  # type: ignore[no-untyped-def]
+    """:func:`unsign_and_rechain`, and the key (with its mark "every line signed") deleted."""
+    unsign_and_rechain(run, extra)
+    (run.paths.private / "check.key").unlink()
+
+
+@pytest.mark.parametrize("forge", ["rechain", "unsign_and_rechain", "unsign_rechain_and_delete_key"])
 def test_re_measurements_re_chained_onto_the_trajectory_are_named_and_never_taken(
         toy: Path, runs_root: Path, core_plugins: None, forge: str) -> None:
     # rechain: adopted as a line a killed command left past the head, refused as a difference
@@ -124,7 +130,11 @@ def test_re_measurements_re_chained_onto_the_trajectory_are_named_and_never_take
     # stripped them all, re-chained the file, and appended its re-measurements.
     run = started(toy, runs_root)
     best = run.state.best_version
-    {"rechain": rechain, "unsign_and_rechain": unsign_and_rechain}[forge](run, remeasured_at_minus_1e9(run))
+    # unsign_rechain_and_delete_key: with the key went its mark, and the run looked unsigned
+    # again; the start record's terms (pinned by v0) now say that every line is signed.
+    forges = {"rechain": rechain, "unsign_and_rechain": unsign_and_rechain,
+              "unsign_rechain_and_delete_key": unsign_rechain_and_delete_key}
+    forges[forge](run, remeasured_at_minus_1e9(run))
     code, out = avo_cli("status", "--run", str(run.paths.root))
     assert code == 1, out
     assert "records re-measurements of v1 [-1000000000.0, -1000000000.0], but avo did not sign it" in out
