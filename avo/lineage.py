@@ -511,6 +511,27 @@ _PACKED_HEADER = "# pack-refs with: peeled fully-peeled sorted \n"
 
 # A vN tag's line in packed-refs, with the peeled id git writes after an annotated tag.
 _VERSION_TAG_LINE = re.compile(r"^([0-9a-f]{40}) refs/tags/(v[0-9]+)\n(?:\^[^\n]*\n)?", re.MULTILINE)
+# What git's check-ref-format refuses in a name (control characters, space, ~ ^ : ? * [ \, "..",
+# "@{", "//", a component starting with "." or ending in ".lock", a name ending in "/" or ".").
+_BAD_REF = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//|/\.|\.lock(/|$)|[/.]$")
+
+
+def _read_packed_refs(git_dir: Path) -> str:
+    """``packed-refs`` exactly as git reads it (``""`` if there is none); bytes that are not
+    UTF-8 (git allows them in a name) kept as they are, to be written back unchanged."""
+    path = git_dir / "packed-refs"
+    try:
+        with os.fdopen(open_regular(path), "rb") as fh:
+            data = fh.read(_REFS_FILE_MAX + 1)
+    except FileNotFoundError:
+        return ""
+    except (OSError, NotRegularFile) as exc:
+        raise AvoError(f"{path} cannot be read ({exc}): move it away and run the command again") from None
+    if len(data) > _REFS_FILE_MAX:
+        raise AvoError(f"{path} is larger than {_REFS_FILE_MAX >> 20} MiB, more than avo reads: the refs in it are "
+                       "not avo's (a run's tags take ~60 bytes each); delete refs from it with `git update-ref -d`, "
+                       "or move it away, and run the command again (avo writes its tags back)")
+    return data.decode("utf-8", "surrogateescape")
 
 
 def _split_packed_refs(raw: str) -> tuple[str, list[tuple[str, str]], dict[str, str], bool]:
@@ -519,28 +540,28 @@ def _split_packed_refs(raw: str) -> tuple[str, list[tuple[str, str]], dict[str, 
     the file is exactly as :meth:`Lineage.set_tags` writes it (avo's tags only, in git's order).
 
     The tags are matched by one regular expression over the whole file (10,000 of them in
-    ~2 ms); only the agent's own entries, usually none, are parsed line by line."""
-    raw += "\n"
+    ~2 ms); only the agent's own entries, usually none, are parsed line by line. A line git
+    would refuse (a header of another kind, a blank line, a carriage return, a name git does
+    not allow) is not written back: git stops reading every ref at such a line."""
     found = _VERSION_TAG_LINE.findall(raw)
     tags = {name: sha for sha, name in found}
     header = _PACKED_HEADER
     kept: list[tuple[str, str]] = []
-    first = raw[:raw.index("\n") + 1]
-    if first.startswith("#") and raw.count("\n") == len(found) + 1:  # the header and avo's tags only
-        names = [f"refs/tags/{name}" for _sha, name in found]
+    first = raw[:raw.find("\n") + 1]
+    if first.startswith("# pack-refs with:") and raw.endswith("\n") and raw.count("\n") == len(found) + 1:
+        names = [f"refs/tags/{name}" for _sha, name in found]  # the header and avo's tags only
         return first, kept, tags, all(a < b for a, b in zip(names, names[1:], strict=False))  # ASCII: bytes' order
     peelable = False  # the line before was a kept entry without its peeled id yet
-    for line in _VERSION_TAG_LINE.sub("", raw).splitlines():
-        if line.startswith("#"):
+    for line in _VERSION_TAG_LINE.sub("", raw).split("\n"):
+        if line.startswith("# pack-refs with:") and not kept:
             header = line + "\n"
-        elif line.startswith("^"):
-            if peelable:
-                kept[-1] = (kept[-1][0], kept[-1][1] + line + "\n")
+        elif line.startswith("^") and peelable and _is_sha(line[1:]):
+            kept[-1] = (kept[-1][0], kept[-1][1] + line + "\n")
             peelable = False
         else:
             sha, _, name = line.partition(" ")
-            peelable = _is_sha(sha) and name.startswith("refs/")
-            if peelable:  # any other line would make git refuse the file: it is not written back
+            peelable = _is_sha(sha) and name.startswith("refs/") and not _BAD_REF.search(name)
+            if peelable:
                 kept.append((name, line + "\n"))
     return header, kept, tags, False
 
@@ -559,12 +580,19 @@ def _refuse_odd_packed_refs(git_dir: Path) -> None:
 
 
 def _loose_version_tags(tags: Path) -> dict[str, Path]:
-    """The loose ``vN`` tag files under ``refs/tags`` (name to path); other tags are the agent's."""
+    """The loose ``vN`` tag files under ``refs/tags`` (name to path); other tags are the agent's.
+
+    ``refs/tags`` must be work/.git's own folder: through a link avo would remove files
+    elsewhere (every ``vN`` it finds is folded into packed-refs and deleted)."""
     try:
-        with os.scandir(tags) as it:
-            return {e.name: Path(e.path) for e in it if _is_version_tag(e.name) and not e.is_dir(follow_symlinks=False)}
-    except OSError:
+        mode = os.lstat(tags).st_mode
+    except FileNotFoundError:
         return {}
+    if not stat.S_ISDIR(mode):
+        raise AvoError(f"{tags} is not a folder (a link, a file or a pipe): git keeps tags there and avo writes "
+                       "nothing through a link; remove it and run the command again (avo writes its tags back)")
+    with os.scandir(tags) as it:
+        return {e.name: Path(e.path) for e in it if _is_version_tag(e.name) and not e.is_dir(follow_symlinks=False)}
 
 
 def _is_sha(value: str) -> bool:
@@ -1244,7 +1272,7 @@ class Lineage:
         self.objects()
         git_dir = self.git_dir
         _refuse_odd_packed_refs(git_dir)
-        header, kept, packed, ordered = _split_packed_refs(_small_file(git_dir / "packed-refs"))
+        header, kept, packed, ordered = _split_packed_refs(_read_packed_refs(git_dir))
         loose = _loose_version_tags(git_dir / "refs" / "tags")
         current = {**packed, **{name: _small_file(path) for name, path in loose.items()}}  # loose wins, as in git
         repaired = [name for name, sha in wanted.items() if current.get(name) != sha]
@@ -1255,8 +1283,9 @@ class Lineage:
             if name in wanted:
                 self._read(wanted[name], "commit")  # a ref only ever names a commit avo can read
         entries = [*kept, *((f"refs/tags/{name}", f"{sha} refs/tags/{name}\n") for name, sha in wanted.items())]
-        entries.sort(key=lambda e: e[0].encode())  # git's order: by the name's bytes
-        _write_file_atomic(git_dir / "packed-refs", (header + "".join(e[1] for e in entries)).encode())
+        entries.sort(key=lambda e: e[0].encode("utf-8", "surrogateescape"))  # git's order: by the bytes
+        _write_file_atomic(git_dir / "packed-refs",
+                           (header + "".join(e[1] for e in entries)).encode("utf-8", "surrogateescape"))
         for path in loose.values():  # after the packed file holds the right value: loose would win over it
             path.unlink(missing_ok=True)
         return repaired
@@ -1264,18 +1293,20 @@ class Lineage:
     def add_tag(self, name: str, sha: str, wanted: dict[str, str]) -> None:
         """Add the new version's tag ``name`` (one of ``wanted``, whose others :meth:`set_tags`
         made exact just before) as one line put in its place, without parsing the file."""
-        path = self.git_dir / "packed-refs"
-        raw = _small_file(path)
-        lines = (raw + "\n").splitlines(keepends=True) if raw else []
-        if not lines or not lines[0].startswith("#") or "\n^" in raw or f" refs/tags/{name}\n" in raw + "\n" \
-                or _loose_version_tags(self.git_dir / "refs" / "tags"):
+        git_dir = self.git_dir
+        _refuse_odd_packed_refs(git_dir)
+        raw = _read_packed_refs(git_dir)
+        exact = raw.startswith("# pack-refs with:") and raw.endswith("\n") and "\n\n" not in raw \
+            and "\r" not in raw and "\n^" not in raw and f" refs/tags/{name}\n" not in raw
+        if not exact or _loose_version_tags(git_dir / "refs" / "tags"):
             self.set_tags(wanted)  # not as set_tags leaves it: the whole check and rewrite
             return
         self._read(sha, "commit")
+        lines = [line + "\n" for line in raw.split("\n")[:-1]]  # git's lines: "\n" ends each, nothing else
         ref = f"refs/tags/{name}".encode()
-        at = bisect.bisect(lines, ref, lo=1, key=lambda line: line[41:-1].encode())
+        at = bisect.bisect(lines, ref, lo=1, key=lambda line: line[41:-1].encode("utf-8", "surrogateescape"))
         lines.insert(at, f"{sha} refs/tags/{name}\n")
-        _write_file_atomic(path, "".join(lines).encode())
+        _write_file_atomic(git_dir / "packed-refs", "".join(lines).encode("utf-8", "surrogateescape"))
 
     # -- the private backup ---------------------------------------------------------------
     def backup(self, mirror: Path, sha: str) -> None:

@@ -21,7 +21,7 @@ from avo.errors import RecordError
 from avo.lineage import BRANCH, META_DIR, blob_id, commit_message, object_ids, read_commits, read_object, ref_of
 from avo.record_checkpoint import Fold  # the incremental check folds the same counters
 from avo.record_format import parse_trailers, scores_file, scores_line, terms, terms_digest
-from avo.run_key import LineSignatures
+from avo.run_key import LineSignatures, started_signed
 from avo.state import RunPaths, RunState, Version, load_state, read_trajectory, trajectory_bytes
 from avo.terms_compare import terms_differences
 
@@ -218,7 +218,8 @@ def trajectory_findings(paths: RunPaths, state: RunState, locked: bool) -> Traje
     max_step = 0
     versions = state.versions
     set_aside = acknowledged(report.records)  # lines `avo recover` set aside, by the hash they had then
-    signatures = found.signatures = LineSignatures(paths, report.lines[0] if report.lines else None)
+    signatures = found.signatures = LineSignatures(paths, report.lines[0] if report.lines else None,
+                                                   started_signed(report.records))
     for n, r in enumerate(report.records, 1):
         if r is None or n in report.flagged or n in report.problems:
             continue

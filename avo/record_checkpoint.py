@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from avo.chain import RECOVERED, acknowledged, line_hash, parse, split_lines
-from avo.run_key import LineSignatures, first_line, read_verified, signed
+from avo.run_key import LineSignatures, first_line, read_verified, says_signed, signed
 from avo.state import RunPaths, RunState, Version, trajectory_bytes, write_json_atomic
 from avo.terms_compare import terms_differences
 
@@ -255,7 +255,8 @@ def quick_check(paths: RunPaths, state: RunState, *, locked: bool) -> Checkpoint
                 {k: list(v) for k, v in cp.fold.remeasured.items()}, cp.fold.due, cp.fold.start_seen,
                 cp.fold.start_terms)
     prev = cp.last
-    signatures = LineSignatures(paths, first_line(data))
+    # The start record is in the verified prefix (avo writes it first): its terms are the fold's.
+    signatures = LineSignatures(paths, first_line(data), says_signed(fold.start_terms))
     for i, line in enumerate(tail):
         n = cp.lines + i + 1
         r = parse(line)

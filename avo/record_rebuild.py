@@ -20,7 +20,7 @@ from avo.models import TargetSpec
 from avo.record_check import SCORES_FILE, started_terms, trajectory_findings
 from avo.record_checkpoint import Fold
 from avo.record_format import parse_trailers, terms
-from avo.run_key import LineSignatures
+from avo.run_key import LineSignatures, started_signed
 from avo.state import (
     RunOptions,
     RunPaths,
@@ -125,7 +125,7 @@ def _restore_counters(paths: RunPaths, state: RunState) -> list[str]:
     # `recovered` record names: that record may be the agent's, naming an intact line of avo's.
     report = verify(trajectory_bytes(paths), state.chain)
     lines, records = report.lines, report.records
-    signatures = LineSignatures(paths, lines[0] if lines else None)
+    signatures = LineSignatures(paths, lines[0] if lines else None, started_signed(records))
     for n, r in enumerate(records, 1):
         if r is None or n in report.problems or n in report.flagged or \
                 not Fold.may_count(r, lines[n - 1], signatures):

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import secrets
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -138,32 +139,37 @@ class LineSignatures:
     """Which of a run's trajectory lines may steer the policy.
 
     A run whose first line is signed, whose key was written with it, or whose start record's
-    terms say so (every run started since signing) counts a line only if its signature is valid
-    under the run's key; an older run's lines all count, as before.
+    terms say so (every run started since signing: ``started_signed``) counts a line only if its
+    signature is valid under the run's key; an older run's lines all count, as before.
     """
 
-    def __init__(self, paths: RunPaths, first_line: bytes | None):
+    def __init__(self, paths: RunPaths, first_line: bytes | None, started_signed: bool):
         try:
             raw = _read_raw(paths)
         except FileNotFoundError:
             raw = b""
         self.key = raw.removesuffix(_LINES_SIGNED) or None
         # Marked: the key was written with the run's first trajectory line, so every line is signed.
-        self.signed_run = raw.endswith(_LINES_SIGNED) or \
-            (first_line is not None and (line_signed(self.key, first_line) is not None or _started_signed(first_line)))
+        self.signed_run = started_signed or raw.endswith(_LINES_SIGNED) or \
+            (first_line is not None and line_signed(self.key, first_line) is not None)
 
     def counts(self, line: bytes) -> bool:
         return not self.signed_run or line_signed(self.key, line) is True
 
 
-def _started_signed(line: bytes) -> bool:
-    """The start record's terms (pinned by v0's commit, which the record check holds them to)
-    say every line of the run is signed: true with its key deleted and every ``mac`` stripped."""
-    try:
-        record = json.loads(line)
-        return record.get("kind") == "start" and record["terms"]["options"].get("signed_lines") is True
-    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
-        return False
+def says_signed(terms: Any) -> bool:
+    """A start record's terms say every line of the run is signed (``options.signed_lines``).
+
+    Asked of every start record the check reads, wherever it is in the trajectory: the terms
+    v0's commit pins hold it, so no arrangement of lines (the start record moved off line 1,
+    a line put before it) makes a run started since signing look older."""
+    options = terms.get("options") if isinstance(terms, dict) else None
+    return isinstance(options, dict) and options.get("signed_lines") is True
+
+
+def started_signed(records: Iterable[dict[str, Any] | None]) -> bool:
+    """Some start record among ``records`` says every line of the run is signed."""
+    return any(r is not None and r.get("kind") == "start" and says_signed(r.get("terms")) for r in records)
 
 
 def first_line(data: bytes) -> bytes | None:
