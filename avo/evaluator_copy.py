@@ -214,9 +214,9 @@ def evaluator_source(spec: TargetSpec) -> tuple[Path, set[Path], str | None]:
         return spec.directory, data, None
     from types import ModuleType
 
-    from avo.plugins import get_plugin_manager
+    from avo.plugins import plugin_manager_with
 
-    plugin = get_plugin_manager().get_plugin(spec.provider or "")
+    plugin = plugin_manager_with({spec.provider or ""}).get_plugin(spec.provider or "")
     file = getattr(plugin, "__file__", None) if isinstance(plugin, ModuleType) else None
     if plugin is None or file is None:
         raise AvoError(f"cannot locate the plugin module that provides target {spec.name!r}; a target "

@@ -167,20 +167,28 @@ def make_job(target: TargetSpec, label: str, *, snapshot: Path | None, **fields:
 # -- finding an executor and calling only the plugin that announced it -----------------------
 
 
-def all_executors() -> list[ExecutorInfo]:
-    """Every executor announced by every plugin, each stamped with its provider."""
-    from avo.plugins import get_plugin_manager
+def all_executors(*, core_only: bool = False) -> list[ExecutorInfo]:
+    """Every executor announced by every plugin (``core_only``: by the core's, the only ones
+    loaded then), each stamped with its provider; the core's first."""
+    from avo.plugins import get_plugin_manager, implementations, is_core_plugin, plugin_manager_with
 
-    pm = get_plugin_manager()
+    pm = plugin_manager_with(set()) if core_only else get_plugin_manager()
     infos: list[ExecutorInfo] = []
-    for impl in reversed(pm.hook.avo_executors.get_hookimpls()):
+    for provider, impl in implementations("avo_executors", pm):
+        if core_only and not is_core_plugin(provider):
+            continue
         for info in cast("list[ExecutorInfo]", impl.function() or []):
-            infos.append(info.model_copy(update={"provider": pm.get_name(impl.plugin) or repr(impl.plugin)}))
+            infos.append(info.model_copy(update={"provider": provider}))
     return infos
 
 
 def find_executor(name: str) -> ExecutorInfo:
-    """An executor by name, with a clear error listing the installed ones."""
+    """An executor by name, with a clear error listing the installed ones. A name the core
+    announces (``local``) is the core's, found without importing any other plugin; a name two
+    plugins announce is the first's, in the entry points' order."""
+    for info in all_executors(core_only=True):
+        if info.name == name:
+            return info
     infos = all_executors()
     for info in infos:
         if info.name == name:
@@ -192,10 +200,10 @@ def find_executor(name: str) -> ExecutorInfo:
 
 def _call(hook: str, name: str, **kwargs: Any) -> Any:
     """Call ``hook`` on the one plugin that announced executor ``name`` (its provider)."""
-    from avo.plugins import get_plugin_manager
+    from avo.plugins import plugin_manager_with
 
-    pm = get_plugin_manager()
     provider = find_executor(name).provider
+    pm = plugin_manager_with({provider or ""})
     for impl in getattr(pm.hook, hook).get_hookimpls():
         if pm.get_name(impl.plugin) == provider:
             given = {"executor": name, **kwargs}

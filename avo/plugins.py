@@ -47,7 +47,7 @@ __all__ = [
     "CORE_DISTRIBUTION", "GROUP", "PluginError", "PluginRecord", "all_backends", "all_targets",
     "announced_backends", "announced_targets", "call_backend_hook", "call_module_hook", "call_target_hook",
     "find_backend",
-    "find_target", "get_plugin_manager", "plugin_module_dir", "plugin_records", "register",
+    "find_target", "get_plugin_manager", "plugin_manager_with", "plugin_module_dir", "plugin_records", "register",
     "reset_plugin_manager", "unregister",
 ]
 
@@ -89,16 +89,30 @@ class PluginRecord:
 _pm: pluggy.PluginManager | None = None
 _records: dict[str, PluginRecord] = {}
 _reported: set[str] = set()
+# Entry points found but not imported yet, by the name each registers under, in load order:
+# a command acting on a run imports only the core's and its target's (plugin_manager_with).
+_pending: dict[str, tuple[metadata.EntryPoint, str]] = {}
 
 
 def get_plugin_manager() -> pluggy.PluginManager:
-    """The shared plugin manager, loading entry points the first time it is asked for."""
+    """The shared plugin manager with every installed plugin loaded."""
+    return plugin_manager_with(None)
+
+
+def plugin_manager_with(names: set[str] | None) -> pluggy.PluginManager:
+    """The shared plugin manager with the core's plugins and those registered as ``names``
+    loaded (``None``: every plugin). Importing every plugin cost a command acting on one run
+    ~60 ms; a later call that needs them all loads the rest."""
     global _pm
     if _pm is None:
         pm = pluggy.PluginManager(GROUP)
         pm.add_hookspecs(hookspecs)
         _pm = pm  # set first: a plugin that looks avo's plugins up while importing must not recurse
-        _load_entry_points(pm)
+        _find_entry_points()
+    for name in [n for n, (_, dist) in _pending.items() if names is None or n in names or is_core(dist)]:
+        found = _pending.pop(name, None)  # None: a plugin loaded meanwhile looked the others up
+        if found is not None:
+            _load(_pm, name, *found)
     return _pm
 
 
@@ -108,6 +122,7 @@ def reset_plugin_manager() -> None:
     _pm = None
     _records.clear()
     _reported.clear()
+    _pending.clear()
 
 
 def _warn(message: str) -> None:
@@ -120,7 +135,9 @@ def _disabled() -> set[str]:
     return {canonical(x) for x in os.environ.get(DISABLE_ENV, "").replace(" ", "").split(",") if x}
 
 
-def _load_entry_points(pm: pluggy.PluginManager) -> None:
+def _find_entry_points() -> None:
+    """Read every entry point (metadata only, nothing imported): each one's record, and the
+    name it registers under, into ``_pending``."""
     core_only = os.environ.get("AVO_DISABLE_PLUGIN_AUTOLOAD", "").strip() not in ("", "0")
     disabled = _disabled()
     seen: set[tuple[str, str]] = set()
@@ -166,25 +183,31 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
         if off(ep, dist):
             record.disabled = True
             continue
-        try:
-            with contextlib.redirect_stdout(sys.stderr):  # stdout may be JSON (--json, the MCP stream)
-                module = ep.load()
-            owner = pm.get_name(module) if pm.is_registered(module) else None
-            if owner is not None:  # another distribution's entry point names the same module
-                record.error = (f"its entry point {ep.name} = {ep.value} names a module that plugin {owner!r} "
-                                f"({plugin_distribution(owner)}) already provides; skipped")
-                _records[owner].problems.append(f"its module is also claimed by distribution {dist} "
-                                                f"(entry point {ep.name} = {ep.value})")
-                _warn(f"plugin {name!r} ({dist}): {record.error}")
-                continue
-            pm.register(module, name=name)
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:  # a broken third-party plugin (even one calling sys.exit) is reported
-            record.error = f"failed to load: {type(exc).__name__}: {exc}"
-            _warn(f"plugin {name!r} ({dist}) {record.error}")
-            continue
-        record.problems.extend(_inspect(pm, module))
+        _pending[name] = (ep, dist)
+
+
+def _load(pm: pluggy.PluginManager, name: str, ep: metadata.EntryPoint, dist: str) -> None:
+    """Import one entry point's module and register it under ``name`` (failures are recorded)."""
+    record = _records[name]
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # stdout may be JSON (--json, the MCP stream)
+            module = ep.load()
+        owner = pm.get_name(module) if pm.is_registered(module) else None
+        if owner is not None:  # another distribution's entry point names the same module
+            record.error = (f"its entry point {ep.name} = {ep.value} names a module that plugin {owner!r} "
+                            f"({plugin_distribution(owner)}) already provides; skipped")
+            _records[owner].problems.append(f"its module is also claimed by distribution {dist} "
+                                            f"(entry point {ep.name} = {ep.value})")
+            _warn(f"plugin {name!r} ({dist}): {record.error}")
+            return
+        pm.register(module, name=name)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # a broken third-party plugin (even one calling sys.exit) is reported
+        record.error = f"failed to load: {type(exc).__name__}: {exc}"
+        _warn(f"plugin {name!r} ({dist}) {record.error}")
+        return
+    record.problems.extend(_inspect(pm, module))
 
 
 def _inspect(pm: pluggy.PluginManager, plugin: object) -> list[str]:
@@ -330,28 +353,29 @@ def call_module_hook(module: object, hook: str, *, plugin: str, distribution: st
     return _invoke(plugin, hook, function, argnames, kwargs, distribution)
 
 
-def _implementations(hook: str) -> list[tuple[str, Any]]:
-    """``(plugin name, hookimpl)`` for each plugin implementing ``hook``: the core's first, then
-    in registration order (``tryfirst``/``trylast`` and wrappers are ignored: nobody goes first)."""
-    pm = get_plugin_manager()
+def implementations(hook: str, pm: pluggy.PluginManager | None = None) -> list[tuple[str, Any]]:
+    """``(plugin name, hookimpl)`` for each plugin implementing ``hook`` (of those ``pm`` has
+    loaded; default: every plugin): the core's first, then in the entry points' order
+    (``tryfirst``/``trylast`` and wrappers are ignored: nobody goes first)."""
+    pm = pm or get_plugin_manager()
     order = {name: i for i, name in enumerate(_records)}
     impls = [i for i in getattr(pm.hook, hook).get_hookimpls()
              if not (i.hookwrapper or getattr(i, "wrapper", False))]
-    impls.sort(key=lambda i: (not _is_core_plugin(i.plugin_name), order.get(i.plugin_name, len(order))))
+    impls.sort(key=lambda i: (not is_core_plugin(i.plugin_name), order.get(i.plugin_name, len(order))))
     return [(i.plugin_name, i) for i in impls]
 
 
-def _is_core_plugin(name: str) -> bool:
+def is_core_plugin(name: str) -> bool:
     record = _records.get(name)
     return record is not None and is_core(record.distribution)
 
 
 def _call_provider(provider: str, hook: str, kwargs: dict[str, Any], what: str) -> Any:
-    pm = get_plugin_manager()
+    pm = plugin_manager_with({provider})
     if pm.get_plugin(provider) is None:
         raise AvoError(f"{what} is provided by plugin {provider!r}, which is not loaded here "
                        "(uninstalled, disabled, or failed to load; see `avo plugins`)")
-    impl = next((i for n, i in _implementations(hook) if n == provider), None)
+    impl = next((i for n, i in implementations(hook, pm) if n == provider), None)
     if impl is None:
         if hook in _OPTIONAL:
             return _OPTIONAL[hook]
@@ -369,12 +393,13 @@ def check_target_hook(spec: TargetSpec, hook: str) -> None:
     """Raise the :class:`PluginError` :func:`call_target_hook` would raise for a missing ``hook``
     (used before starting an evaluator child, which runs the plugin without the manager)."""
     provider = _target_provider(spec)
-    if hook not in _OPTIONAL and not any(n == provider for n, _ in _implementations(hook)):
+    pm = plugin_manager_with({provider})
+    if hook not in _OPTIONAL and not any(n == provider for n, _ in implementations(hook, pm)):
         raise _missing(provider, hook, f"target {spec.name!r}")
 
 
 def _target_provider(spec: TargetSpec) -> str:
-    pm = get_plugin_manager()
+    pm = plugin_manager_with({spec.provider} if spec.provider else set())
     if spec.provider and pm.get_plugin(spec.provider) is not None:
         return spec.provider
     if spec.directory is not None:
@@ -428,7 +453,7 @@ def _fail(name: str, message: str) -> None:
 
 def _announced(hook: str) -> list[Any]:
     items: list[Any] = []
-    for name, impl in _implementations(hook):
+    for name, impl in implementations(hook):
         try:
             with contextlib.redirect_stdout(sys.stderr):
                 found = _invoke(name, hook, impl.function, impl.argnames, {}) or []
@@ -500,7 +525,7 @@ def find_target(ref: str) -> TargetSpec:
     answers: list[TargetSpec] = []
     # The core's resolver (folders holding target.yaml) answers first and alone; the others
     # are all asked, and two of them claiming the same reference is a conflict, not a race.
-    for name, impl in _implementations("avo_resolve_target"):
+    for name, impl in implementations("avo_resolve_target"):
         try:
             with contextlib.redirect_stdout(sys.stderr):
                 resolved = _invoke(name, "avo_resolve_target", impl.function, impl.argnames, {"ref": ref})
@@ -511,7 +536,7 @@ def find_target(ref: str) -> TargetSpec:
             continue
         if resolved is not None:
             answers.append(resolved.model_copy(update={"provider": name}))
-            if _is_core_plugin(name):
+            if is_core_plugin(name):
                 break
     if len(answers) == 1:
         return answers[0]
@@ -551,7 +576,7 @@ def did_you_mean(word: str, names: list[str]) -> str:
 
 def plugin_module_dir(name: str) -> Path | None:
     """The package directory of a registered plugin module (hashed as its evaluator)."""
-    plugin = get_plugin_manager().get_plugin(name)
+    plugin = plugin_manager_with({name}).get_plugin(name)
     file = getattr(plugin, "__file__", None) if isinstance(plugin, ModuleType) else None
     if file is None:
         file = getattr(sys.modules.get(type(plugin).__module__), "__file__", None)

@@ -175,6 +175,28 @@ def test_loading_every_installed_plugin_imports_nothing_heavy() -> None:
     assert "'agent_sdk'" in proc.stdout and "HEAVY []" in proc.stdout, proc.stdout + proc.stderr
 
 
+def test_a_command_on_a_run_imports_only_the_plugins_of_its_target(toy: Path, runs_root: Path,
+                                                                   tmp_path: Path) -> None:
+    # The toy is a directory target (the core's): `avo eval` imports no other plugin, while a
+    # command that lists them (`avo targets`) still finds every installed one.
+    pytest.importorskip("avo_target_attention_c")
+    from avo.engine import start_run
+    from avo.plugins import reset_plugin_manager
+
+    reset_plugin_manager()
+    run = start_run(str(toy), runs_root)
+    reset_plugin_manager()
+    code = ("import sys\nfrom avo.cli import main\nsys.argv = ['avo', *sys.argv[1:]]\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print('PLUGINS', sorted(m for m in sys.modules if m.startswith(('avo_target', 'avo_backend'))))\n")
+    env = {**os.environ, "AVO_RUNS_DIR": str(runs_root)}
+    evaluated = subprocess.run([sys.executable, "-c", code, "eval", "--run", str(run.paths.root)],
+                               capture_output=True, text=True, env=env)
+    assert "PASS" in evaluated.stdout and "PLUGINS []" in evaluated.stdout, evaluated.stdout + evaluated.stderr
+    listed = subprocess.run([sys.executable, "-c", code, "targets"], capture_output=True, text=True, env=env)
+    assert "attention_c" in listed.stdout and "avo_target_attention_c" in listed.stdout, listed.stdout
+
+
 def test_status_reads_the_lineage_only_through_its_readers(toy: Path, runs_root: Path, core_plugins: None,
                                                            tmp_path: Path) -> None:
     from avo.engine import start_run, submit
