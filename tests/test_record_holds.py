@@ -261,3 +261,25 @@ def test_version_tags_live_in_packed_refs_and_the_agents_own_refs_are_kept(
     state = open_run(run.paths.root, runs_root).state
     assert {t: s for t, s in tags(work).items() if t[1:].isdigit()} == {f"v{v.n}": v.sha for v in state.versions}
     assert git(work, "fsck", "--no-dangling") == ""
+
+
+def test_a_run_whose_tags_an_older_avo_wrote_loose_gets_them_packed(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # avo before 2026-12-02 wrote one loose file per tag; the next command folds them in.
+    run = start_run(str(toy), runs_root)
+    work = run.paths.work
+    set_constants(work, x=5)
+    assert submit(run, "X=5").outcome == "accepted"
+    packed = work / ".git" / "packed-refs"
+    truth = tags(work)
+    packed.write_text("# pack-refs with: peeled fully-peeled sorted \n")
+    for name, sha in truth.items():
+        (work / ".git" / "refs" / "tags" / name).write_text(f"{sha}\n")
+    assert tags(work) == truth
+    set_constants(work, x=6)
+    out = submit(open_run(run.paths.root, runs_root), "X=6")
+    assert out.outcome == "accepted" and not [n for n in out.notes if "restored tags" in n], out.notes
+    assert not list((work / ".git" / "refs" / "tags").iterdir())
+    truth[f"v{out.version.n}"] = out.version.sha  # type: ignore[union-attr]
+    assert tags(work) == truth
+    assert packed.read_text().count(" refs/tags/v") == len(truth)
