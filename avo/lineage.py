@@ -524,8 +524,11 @@ def _read_packed_refs(git_dir: Path) -> str:
         with os.fdopen(open_regular(path), "rb") as fh:
             data = fh.read(_REFS_FILE_MAX + 1)
     except FileNotFoundError:
-        return ""
-    except (OSError, NotRegularFile) as exc:
+        return ""  # none (or a dangling link): git reads no packed refs, and avo writes the file
+    except NotRegularFile:  # named, not replaced: the agent's packed refs may be behind it
+        raise AvoError(f"{path} is not a regular file (a pipe, a device or a folder): git would wait on it or "
+                       "fail; move it away and run the command again") from None
+    except OSError as exc:
         raise AvoError(f"{path} cannot be read ({exc}): move it away and run the command again") from None
     if len(data) > _REFS_FILE_MAX:
         raise AvoError(f"{path} is larger than {_REFS_FILE_MAX >> 20} MiB, more than avo reads: the refs in it are "
@@ -564,19 +567,6 @@ def _split_packed_refs(raw: str) -> tuple[str, list[tuple[str, str]], dict[str, 
             if peelable:
                 kept.append((name, line + "\n"))
     return header, kept, tags, False
-
-
-def _refuse_odd_packed_refs(git_dir: Path) -> None:
-    """A pipe (or anything but a file) where git keeps ``packed-refs`` is named, not replaced:
-    the agent's own packed refs may be behind it, and git would wait on it for good."""
-    try:
-        mode = os.stat(git_dir / "packed-refs").st_mode
-    except OSError:
-        return  # none (or a dangling link): git reads no packed refs, and avo writes the file
-    if stat.S_ISDIR(mode):
-        raise AvoError(f"{git_dir / 'packed-refs'} is a folder where git keeps its packed refs: move it away "
-                       "and run the command again")
-    _refuse_waiting(str(git_dir / "packed-refs"), mode)
 
 
 def _loose_version_tags(tags: Path) -> dict[str, Path]:
@@ -1271,7 +1261,6 @@ class Lineage:
         """
         self.objects()
         git_dir = self.git_dir
-        _refuse_odd_packed_refs(git_dir)
         header, kept, packed, ordered = _split_packed_refs(_read_packed_refs(git_dir))
         loose = _loose_version_tags(git_dir / "refs" / "tags")
         current = {**packed, **{name: _small_file(path) for name, path in loose.items()}}  # loose wins, as in git
@@ -1294,7 +1283,6 @@ class Lineage:
         """Add the new version's tag ``name`` (one of ``wanted``, whose others :meth:`set_tags`
         made exact just before) as one line put in its place, without parsing the file."""
         git_dir = self.git_dir
-        _refuse_odd_packed_refs(git_dir)
         raw = _read_packed_refs(git_dir)
         exact = raw.startswith("# pack-refs with:") and raw.endswith("\n") and "\n\n" not in raw \
             and "\r" not in raw and "\n^" not in raw and f" refs/tags/{name}\n" not in raw

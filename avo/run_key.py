@@ -139,18 +139,18 @@ class LineSignatures:
     """Which of a run's trajectory lines may steer the policy.
 
     A run whose first line is signed, whose key was written with it, or whose start record's
-    terms say so (every run started since signing: ``started_signed``) counts a line only if its
+    terms say so (every run started since signing: ``terms_signed``) counts a line only if its
     signature is valid under the run's key; an older run's lines all count, as before.
     """
 
-    def __init__(self, paths: RunPaths, first_line: bytes | None, started_signed: bool):
+    def __init__(self, paths: RunPaths, first_line: bytes | None, terms_signed: bool):
         try:
             raw = _read_raw(paths)
         except FileNotFoundError:
             raw = b""
         self.key = raw.removesuffix(_LINES_SIGNED) or None
         # Marked: the key was written with the run's first trajectory line, so every line is signed.
-        self.signed_run = started_signed or raw.endswith(_LINES_SIGNED) or \
+        self.signed_run = terms_signed or raw.endswith(_LINES_SIGNED) or \
             (first_line is not None and line_signed(self.key, first_line) is not None)
 
     def counts(self, line: bytes) -> bool:

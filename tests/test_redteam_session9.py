@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -38,39 +39,33 @@ def git_tags(work: Path) -> dict[str, str]:
 # -- Change 1: vN tags in packed-refs --------------------------------------------------------
 
 
-def test_a_packed_refs_header_git_refuses_is_kept_and_git_then_sees_no_tag(
-        toy: Path, runs_root: Path, core_plugins: None) -> None:
-    # Attack: the agent replaces packed-refs' header with any other '#' line. avo accepts any
-    # first line starting with '#' as "the header" (fast path: the file holds avo's tags only)
-    # and keeps it verbatim, also when add_tag puts the new version's line in. git requires
-    # "# pack-refs with:" and dies ("unexpected line in .git/packed-refs") on every ref lookup.
-    # Harm: after an accepted submit, `git rev-parse vN` / `git tag` fail for every tag.
+def _header_git_refuses(text: str) -> str:
+    return "# not git's header\n" + "".join(text.splitlines(keepends=True)[1:])
+
+
+def _blank_line_first(text: str) -> str:
+    return "\n" + text
+
+
+@pytest.mark.parametrize(("edit", "x"), [(_header_git_refuses, 5), (_blank_line_first, 2)])
+def test_a_packed_refs_file_git_refuses_is_rewritten_not_kept(
+        toy: Path, runs_root: Path, core_plugins: None, edit: Callable[[str], str], x: float) -> None:
+    # _header_git_refuses: the agent replaces packed-refs' header with any other '#' line. avo
+    # accepted any first line starting with '#' as "the header" (fast path: the file holds
+    # avo's tags only) and kept it verbatim, also when add_tag put the new version's line in
+    # (X = 5: accepted). _blank_line_first: a blank line before the header (or whitespace after
+    # the last line); avo read packed-refs through _small_file, which .strip()s it, so the file
+    # looked exact and was left alone (X = 2: rejected, so add_tag does not rewrite it). git
+    # requires "# pack-refs with:" on line 1 and dies ("unexpected line in .git/packed-refs")
+    # on every ref lookup.
+    # Harm: after the submit's recover, `git rev-parse vN` / `git tag` fail for every tag.
     run = started(toy, runs_root)
     work = run.paths.work
     packed = work / ".git" / "packed-refs"
-    _header, *rest = packed.read_text().splitlines(keepends=True)
-    packed.write_text("# not git's header\n" + "".join(rest))
-    set_constants(work, x=5)
-    try:  # today: AvoError "git diff ... failed: unexpected line in .git/packed-refs", after recover
-        submit(open_run(run.paths.root, runs_root), "X=5")
-    except AvoError:
-        pass
-    assert git_tags(work) == recorded_tags(run, runs_root)
-
-
-def test_blank_lines_around_packed_refs_are_stripped_by_avo_but_kill_git(
-        toy: Path, runs_root: Path, core_plugins: None) -> None:
-    # Attack: a blank line before the header (or whitespace after the last line). avo reads
-    # packed-refs through _small_file, which .strip()s it, so the file looks exact and is left
-    # alone; git reads the empty first line and dies on every ref lookup.
-    # Harm: after a (rejected) submit's recover, git sees none of the recorded tags.
-    run = started(toy, runs_root)
-    work = run.paths.work
-    packed = work / ".git" / "packed-refs"
-    packed.write_text("\n" + packed.read_text())
-    set_constants(work, x=2)  # worse: rejected, so add_tag does not rewrite the file
-    try:  # today: AvoError "git diff ... failed: unexpected line in .git/packed-refs", after recover
-        submit(open_run(run.paths.root, runs_root), "X=2")
+    packed.write_text(edit(packed.read_text()))
+    set_constants(work, x=x)
+    try:  # before the fix: AvoError "git diff ... failed: unexpected line in .git/packed-refs", after recover
+        submit(open_run(run.paths.root, runs_root), f"X={x}")
     except AvoError:
         pass
     assert git_tags(work) == recorded_tags(run, runs_root)
