@@ -269,7 +269,7 @@ def _finish(res: JobResult, log_path: Path, secret: str | None = None) -> Evalua
     scalar, why = scalar_of(result)
     if scalar is None and result.correct:
         result = failed(why or "no scalar", result.notes)
-    return Evaluation(result, scalar, res.wall_s, log_path, where(res), secret)
+    return Evaluation(result, scalar, res.wall_s, log_path, where(res), secret, res.cpu)
 
 
 def _run_jobs(run: Run, jobs: list[EvalJob | Evaluation], *, executor: str | None = None,
@@ -797,7 +797,8 @@ def start_run(
                               "options": options.model_dump(), "terms": started_on})
     append_trajectory(paths, {"kind": "eval", "id": "seed", "step": 0, "tree": tree, "scalar": v0.scalar,
                               "metrics": v0.metrics, "correct": True, "wall_s": round(evaluation.wall_s, 3),
-                              "sandbox": state.sandbox, "where": evaluation.where, "secret": evaluation.secret,
+                              "sandbox": state.sandbox, "where": evaluation.where, "cpu": evaluation.cpu,
+                              "secret": evaluation.secret,
                               "notes": evaluation.result.notes, "log": str(evaluation.log_path.name)})
     for b in state.baselines:
         append_trajectory(paths, {"kind": "baseline", "name": b.name, "scalar": b.scalar, "metrics": b.metrics,
@@ -865,7 +866,7 @@ def evaluate_work(run: Run, *, quick: bool = False, executor: str | None = None,
             "metrics": evaluation.result.metrics, "error": evaluation.result.error, "notes": evaluation.result.notes,
             "gain_vs_best": g, "wall_s": round(evaluation.wall_s, 3), "log": evaluation.log_path.name,
             "warning": warning, "screening": screening, "sandbox": run.state.sandbox, "where": evaluation.where,
-            "secret": evaluation.secret,
+            "cpu": evaluation.cpu, "secret": evaluation.secret,
         })
         return EvalReport(evaluation, tree, best, g, warning, screening)
 
@@ -1123,7 +1124,7 @@ def submit(
             "best_before": best.n, "reason": reason, "wall_s": round(evaluation.wall_s, 3),
             "log": evaluation.log_path.name, "fingerprint": fingerprint, "sandbox": state.sandbox,
             "new_best": new_best,
-            "where": evaluation.where, "secret": evaluation.secret,
+            "where": evaluation.where, "cpu": evaluation.cpu, "secret": evaluation.secret,
         }
         if confirm_info:
             record["confirm"] = confirm_info

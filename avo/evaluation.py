@@ -37,6 +37,7 @@ class Evaluation:
     log_path: Path
     where: str | None = None  # the executor and node that produced it (avo.executors.where)
     secret: str | None = None  # the fresh secret it drew its inputs with (recorded after it ended)
+    cpu: str | None = None  # the class of the CPU it ran on (avo.host_cpu): a timed score is comparable under it
 
 
 @dataclass(frozen=True)

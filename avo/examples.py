@@ -13,14 +13,21 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from avo.contract import gain
 from avo.errors import AvoError
 from avo.eval_inputs import strip_meta
 from avo.lineage import Lineage
 from avo.state import RunState, Version
+
+if TYPE_CHECKING:
+    from avo.evaluation import Evaluation
+    from avo.host_references import HostReference
+    from avo.models import TargetSpec
 
 BUNDLE = "lineage.bundle"
 COPIED = ("run.json", "trajectory.jsonl", "NOTES.md")
@@ -101,20 +108,21 @@ class Verification:
     metrics: dict[str, float]
     detail: str
     evaluator_changed: bool
+    #: what the CPU it was measured on says about the verdict (another class than the record's)
+    host_note: str | None = None
 
 
-def verify_example(folder: Path, *, version: int | None = None, executor: str | None = None,
-                   executor_options: dict[str, str] | None = None) -> Verification:
-    """Re-evaluate the best (or ``version``) of a shipped example and compare with the record.
+@dataclass
+class _Measured:
+    ev: Evaluation
+    log_tail: str
+    evaluator_changed: bool
+    evaluator: dict[str, str]
+    cpu: str
 
-    ``executor`` (default ``$AVO_EXECUTOR``, else ``local``) runs the evaluation, with the
-    evaluator installed now.
-    """
-    from avo import executors
-    from avo.engine import _finish, evaluator_hashes
-    from avo.evaluator_copy import evaluator_source, runtime_hashes
+
+def _prepare(folder: Path, version: int | None) -> tuple[RunState, Version, TargetSpec]:
     from avo.plugins import find_target
-    from avo.sandbox import resolve_level
 
     run_json, bundle = folder / "run.json", folder / BUNDLE
     for needed in (run_json, bundle):
@@ -127,29 +135,71 @@ def verify_example(folder: Path, *, version: int | None = None, executor: str | 
         if state.target.settings is not None:  # replayed in the mode the run was measured in
             spec = spec.model_copy(update={"settings": {
                 k: v for k, v in state.target.settings.items() if k in spec.settings_env}})
+    return state, wanted, spec
+
+
+def _measure(folder: Path, state: RunState, wanted: Version, spec: TargetSpec, executor: str | None,
+             executor_options: dict[str, str] | None) -> _Measured:
+    from avo import executors
+    from avo.engine import _finish, evaluator_hashes
+    from avo.evaluator_copy import evaluator_source, runtime_hashes
+    from avo.host_cpu import cpu_class
+    from avo.sandbox import resolve_level
+
     with tempfile.TemporaryDirectory(prefix="avo-verify-") as tmp:
         snap = Path(tmp) / "candidate"
         export_example_version(folder, wanted, snap)
         _, recorded, current = evaluator_hashes(spec, state.hashes.get("evaluator", {}))
-        evaluator_changed = recorded != current
         name = executor or os.environ.get(executors.ENV, "").strip() or executors.DEFAULT
         level, _ = resolve_level(state.options.sandbox or os.environ.get("AVO_SANDBOX", "").strip() or "auto")
         job = executors.make_job(
             spec, "verify", snapshot=snap, quick=state.options.quick, configs=sorted(state.configs) or None,
             evaluator_hashes=current, runtime_hashes=runtime_hashes(evaluator_source(spec)[2] is not None),
             sandbox=level, secret=wanted.secret)
-        ev = _finish(executors.execute(name, job, executor_options or {}), Path(tmp) / "verify.log")
+        res = executors.execute(name, job, executor_options or {})
+        ev = _finish(res, Path(tmp) / "verify.log")
         log_tail = (Path(tmp) / "verify.log").read_text(errors="replace")[-2000:]
+    # The CPU of the machine that measured (a worker's, under a remote executor).
+    return _Measured(ev, log_tail, recorded != current, current, res.cpu or cpu_class())
+
+
+def verify_example(folder: Path, *, version: int | None = None, executor: str | None = None,
+                   executor_options: dict[str, str] | None = None) -> Verification:
+    """Re-evaluate the best (or ``version``) of a shipped example and compare with the record.
+
+    ``executor`` (default ``$AVO_EXECUTOR``, else ``local``) runs the evaluation, with the
+    evaluator installed now. A timed target measured on another class of CPU than the record's
+    is compared with the example's reference for that class (``hosts.json``) when it has one.
+    """
+    from avo.host_references import load_references
+
+    state, wanted, spec = _prepare(folder, version)
+    refs = load_references(folder)  # a file avo cannot read is refused before the evaluation
+    m = _measure(folder, state, wanted, spec, executor, executor_options)
+    ev = m.ev
     if ev.scalar is None:
-        return Verification(False, wanted, None, {}, f"the recorded version now fails: {ev.result.error}\n{log_tail}",
-                            evaluator_changed)
+        return Verification(False, wanted, None, {}, f"the recorded version now fails: {ev.result.error}\n{m.log_tail}",
+                            m.evaluator_changed)
     band = state.options.noise.band
     if band == 0:
         same = all(abs(ev.result.metrics.get(k, float("nan")) - v) <= 1e-9 * max(1.0, abs(v))
                    for k, v in wanted.metrics.items())
         detail = ("reproduced exactly" if same else
                   f"metrics differ: recorded {wanted.metrics}, measured {ev.result.metrics}")
-        return Verification(same, wanted, ev.scalar, ev.result.metrics, detail, evaluator_changed)
+        return Verification(same, wanted, ev.scalar, ev.result.metrics, detail, m.evaluator_changed)
+    recorded_cpu = recorded_cpu_class(folder, wanted) or refs.recorded_on
+    ref = refs.find(m.cpu, wanted.n) if m.cpu != recorded_cpu else None
+    if ref is not None:
+        g = gain(ev.scalar, ref.scalar, spec.direction)
+        ok = abs(g) <= band
+        detail = (f"measured {ev.scalar:.6g} vs {ref.scalar:.6g}, this CPU class's reference (the middle of "
+                  f"{len(ref.draws)} draws, {ref.measured}) ({g:+.2%}; noise band ±{band:.0%})")
+        note = (f"this CPU ({m.cpu}) is not the one the run was recorded on "
+                f"({recorded_cpu or 'not recorded'}): compared with the example's reference for it in "
+                f"hosts.json, not with the record ({wanted.scalar:.6g})")
+        if ref.evaluator and ref.evaluator != m.evaluator:
+            note += "; the installed evaluator differs from the one that reference was measured with"
+        return Verification(ok, wanted, ev.scalar, ev.result.metrics, detail, m.evaluator_changed, note)
     # A version accepted after re-measurements records their median; its secret replays the
     # first of them, which the submit record keeps: compare like with like.
     first = _first_measurement(folder, wanted)
@@ -158,7 +208,82 @@ def verify_example(folder: Path, *, version: int | None = None, executor: str | 
     ok = abs(g) <= band
     what = "recorded" if first is None else f"its first measurement (recorded median {wanted.scalar:.6g})"
     detail = f"measured {ev.scalar:.6g} vs {what} {reference:.6g} ({g:+.2%}; noise band ±{band:.0%})"
-    return Verification(ok, wanted, ev.scalar, ev.result.metrics, detail, evaluator_changed)
+    advice = None
+    if not ok and m.cpu != recorded_cpu:
+        advice = (f"this CPU ({m.cpu}) is not the one the run was recorded on "
+                f"({recorded_cpu or 'the record does not say which'}), and the example has no reference "
+                "for it: a speedup moves between CPU models, so this mismatch may be the machine's, not "
+                "the record's. `avo verify --record-host` measures this version here and keeps that as "
+                "the reference for this class (hosts.json)")
+    return Verification(ok, wanted, ev.scalar, ev.result.metrics, detail, m.evaluator_changed, advice)
+
+
+def record_host_reference(folder: Path, *, version: int | None = None, draws: int = 3,
+                          executor: str | None = None, executor_options: dict[str, str] | None = None,
+                          progress: Callable[[str], None] | None = None) -> tuple[HostReference, Path]:
+    """Measure a shipped example's best (or ``version``) ``draws`` times on this machine and keep
+    the middle draw in ``hosts.json`` as the reference for this CPU class.
+
+    Refused for a deterministic target (it reproduces exactly anywhere), on the CPU class the
+    run was recorded on (its record is the reference there), when a draw fails, and when the
+    draws spread wider than the noise band (the machine is too busy to say what it measures).
+    """
+    import time
+
+    from avo.host_cpu import cpu_name
+    from avo.host_references import HostReference, load_references, save_references
+
+    if draws < 1:
+        raise AvoError(f"--draws must be at least 1, not {draws}")
+    state, wanted, spec = _prepare(folder, version)
+    band = state.options.noise.band
+    if band == 0:
+        raise AvoError(f"{folder}'s target is deterministic (no noise band): it reproduces exactly on any "
+                       "machine, so there is no reference per CPU to record")
+    refs = load_references(folder)  # a file avo cannot read is refused before any measuring
+    recorded_cpu = recorded_cpu_class(folder, wanted) or refs.recorded_on
+    load = list(os.getloadavg()) if hasattr(os, "getloadavg") else []
+    measured: list[_Measured] = []
+    for i in range(draws):
+        m = _measure(folder, state, wanted, spec, executor, executor_options)
+        if m.ev.scalar is None:
+            raise AvoError(f"v{wanted.n} fails on this machine, nothing recorded: {m.ev.result.error}")
+        if m.cpu == recorded_cpu:
+            raise AvoError(f"this CPU ({m.cpu}) is the one the run was recorded on: its record is the "
+                           "reference here; nothing recorded")
+        if measured and m.cpu != measured[0].cpu:
+            raise AvoError(f"the draws ran on two CPU classes ({measured[0].cpu}, {m.cpu}); nothing recorded")
+        measured.append(m)
+        if progress is not None:
+            progress(f"draw {i + 1} of {draws}: {m.ev.scalar:.6g}")
+    scalars = [m.ev.scalar for m in measured if m.ev.scalar is not None]
+    spread = max(scalars) / min(scalars) - 1 if min(scalars) > 0 else float("inf")
+    if spread > band:
+        raise AvoError(f"the draws spread {spread:.1%}, wider than the noise band ±{band:.0%} "
+                       f"({', '.join(f'{x:.6g}' for x in scalars)}): the machine is too busy to record a "
+                       "reference; nothing recorded")
+    # The middle draw (the lower middle of an even count): a real measurement, scalar and metrics alike.
+    middle = sorted(measured, key=lambda m: m.ev.scalar or 0.0)[(len(measured) - 1) // 2]
+    ref = HostReference(
+        cpu=middle.cpu, cpu_name=cpu_name() if executor in (None, "local") else "", version=wanted.n,
+        scalar=float(middle.ev.scalar or 0.0), metrics=middle.ev.result.metrics, draws=scalars,
+        measured=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), load=[round(x, 2) for x in load],
+        evaluator=middle.evaluator)
+    refs.put(ref)
+    return ref, save_references(folder, refs)
+
+
+def recorded_cpu_class(folder: Path, wanted: Version) -> str | None:
+    """The CPU class the record of ``wanted`` was measured on, as its trajectory says (runs
+    recorded before avo wrote it say nothing)."""
+    from avo.state import RunPaths, read_trajectory
+
+    for r in read_trajectory(RunPaths(folder)):
+        if (r.get("kind") == "submit" and r.get("version") == wanted.n) or (
+                wanted.n == 0 and r.get("kind") == "eval" and r.get("id") == "seed"):
+            cpu = r.get("cpu")
+            return cpu if isinstance(cpu, str) and cpu else None
+    return None
 
 
 def _first_measurement(folder: Path, wanted: Version) -> float | None:

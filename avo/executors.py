@@ -104,8 +104,10 @@ def run_job(job: EvalJob, private: Path, log_path: Path, *, pid_file: Path | Non
     """
     from avo import evaluator_copy
     from avo.evaluation import evaluate_dir, measure_baselines
+    from avo.host_cpu import cpu_class
 
-    where = {"executor": executor, "node": node or socket.gethostname(), "accelerator": accelerator}
+    where = {"executor": executor, "node": node or socket.gethostname(), "accelerator": accelerator,
+             "cpu": cpu_class()}
     label = f"{job.label}-{job.id[:8]}"
     snap = private / "eval" / label
     log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -113,13 +113,19 @@ def _summary(run: Run) -> str:
     return f'<section id="summary"><h2>Summary</h2><table>{body}</table>{goal}</section>'
 
 
+def _measured_on(rec: dict[str, Any]) -> str:
+    """The executor and node of a record, and the CPU class it ran on (recorded since avo records it)."""
+    cpu = rec.get("cpu")
+    return str(rec.get("where") or "") + (f", CPU {cpu}" if isinstance(cpu, str) and cpu else "")
+
+
 def _lineage(run: Run) -> str:
     s = run.state
     d = display_digits(s)
     configs = config_order(s) if s.configs else list(s.seed_version.metrics)  # the evaluator's order
     head = "".join(f"<th>{_e(c)}</th>" for c in configs)
     # Where each version was measured: its submit (or the seed's) record in the trajectory.
-    where = {int(r.get("step") or 0): str(r.get("where") or "") for r in read_trajectory(run.paths)
+    where = {int(r.get("step") or 0): _measured_on(r) for r in read_trajectory(run.paths)
              if r.get("kind") == "submit" or r.get("id") == "seed"}
     rows = []
     prev = None
@@ -189,7 +195,7 @@ def _attempts(run: Run, records: list[dict[str, Any]]) -> str:
             if rec.get("reason"):
                 parts.append(f"<p>reason: {_e(rec['reason'])}</p>")
             if rec.get("where"):
-                parts.append(f'<p class="muted">measured on {_e(rec["where"])}</p>')
+                parts.append(f'<p class="muted">measured on {_e(_measured_on(rec))}</p>')
             if rec.get("error") and rec.get("error") != rec.get("reason"):
                 parts.append(f'<pre class="failed">{_e(rec["error"])}</pre>')
             parts.append(_archived(run, rec.get("diff")))

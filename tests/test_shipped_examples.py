@@ -47,3 +47,26 @@ def test_noisy_example_bundle_and_record_agree(name: str) -> None:
                                  capture_output=True, text=True, check=True).stdout.strip()
             assert sha == version["sha"]
     assert (EXAMPLES / name / "README.md").exists() and (EXAMPLES / name / "trajectory.jsonl").exists()
+
+
+@pytest.mark.parametrize("name", shipped(deterministic=False))
+def test_noisy_example_cpu_references_are_what_record_host_writes(name: str) -> None:
+    """Without timing: an example's hosts.json reads, names the record's CPU class for a run
+    that predates recording it, and holds only references `avo verify --record-host` accepts
+    (a version the run has, its middle draw, draws within the band, another class than the record's)."""
+    from avo.examples import load_example, recorded_cpu_class
+    from avo.host_references import load_references
+
+    folder = EXAMPLES / name
+    refs = load_references(folder)
+    state, best = load_example(folder)
+    recorded = recorded_cpu_class(folder, best) or refs.recorded_on
+    if not (folder / "hosts.json").exists():
+        assert not refs.references
+        return
+    assert recorded, f"{name}: hosts.json must say which CPU class the record was measured on"
+    band = state.options.noise.band
+    for ref in refs.references:
+        assert ref.cpu != recorded and any(v.n == ref.version for v in state.versions)
+        assert ref.scalar == sorted(ref.draws)[(len(ref.draws) - 1) // 2]
+        assert max(ref.draws) / min(ref.draws) - 1 <= band

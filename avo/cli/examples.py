@@ -51,10 +51,17 @@ def register(app: typer.Typer) -> None:
         version: Annotated[int | None, typer.Option("--version", help="Check vN instead of the best.")] = None,
         executor: ExecutorOpt = None,
         executor_option: ExecutorOptionsOpt = None,
+        record_host: Annotated[bool, typer.Option(
+            "--record-host", help="Measure the version --draws times here and keep the middle draw in the "
+            "example's hosts.json as the reference for this CPU class (timed targets, another CPU than "
+            "the record's).")] = False,
+        draws: Annotated[int, typer.Option("--draws", help="Evaluations --record-host takes.")] = 3,
     ) -> None:
         """Re-evaluate a shipped example's best version and compare with its recorded score.
 
         The target's settings (a thread count, say) are the ones the run recorded at its start.
+        A timed score measured on another class of CPU than the record's is compared with the
+        example's reference for that class (hosts.json) when it has one.
         """
         from avo.colony import is_colony
         from avo.errors import AvoError
@@ -65,14 +72,25 @@ def register(app: typer.Typer) -> None:
             if is_colony(example):  # a shipped colony: every island's best
                 from avo.colony_report import verify_colony
 
-                if version is not None:
-                    raise AvoError("--version names one run's version; verify one island with "
-                                   f"`avo verify {example}/island-K --version N`")
+                if version is not None or record_host:
+                    flag = "--version N" if version is not None else "--record-host"
+                    raise AvoError(f"{flag} names one run's version; verify one island with "
+                                   f"`avo verify {example}/island-K {flag}`")
                 results = verify_colony(example, executor=executor, executor_options=opts)
                 for name, res in results:
                     say(f"{name}: {'OK' if res.ok else 'MISMATCH'}: v{res.version.n} — {res.detail}")
+                    if res.host_note:
+                        out.print(f"  note: {res.host_note}")
                 if not results or not all(res.ok for _, res in results):
                     raise typer.Exit(1)
+                return
+            if record_host:
+                from avo.examples import record_host_reference
+
+                ref, path = record_host_reference(example, version=version, draws=draws, executor=executor,
+                                                  executor_options=opts, progress=say)
+                say(f"wrote {path}: v{ref.version} = {ref.scalar:.6g} on {ref.cpu} (the middle of "
+                    f"{len(ref.draws)} draws)")
                 return
             result = verify_example(example, version=version, executor=executor, executor_options=opts)
             if result.evaluator_changed:
@@ -81,6 +99,8 @@ def register(app: typer.Typer) -> None:
 
             verdict = "OK" if result.ok else "MISMATCH"
             say(f"{verdict}: v{result.version.n} — {result.detail}")
+            if result.host_note:
+                out.print(f"note: {result.host_note}")
             v = result.version
             pairs = [(v.scalar, result.scalar)] if result.scalar is not None else []
             pairs += [(x, result.metrics[k]) for k, x in v.metrics.items() if k in result.metrics]

@@ -1,0 +1,221 @@
+"""A timed score re-checked on another kind of CPU: the class each evaluation ran on is
+recorded, and ``avo verify`` compares with a reference measured on this class, not with a
+record it cannot reproduce here (attention_c's shipped runs read +11 % to +17 % on a Xeon
+model they were not recorded on)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from avo import host_cpu
+from avo.cli.app import app
+from avo.engine import start_run, submit
+from avo.errors import AvoError
+from avo.examples import export_run, record_host_reference, recorded_cpu_class, verify_example
+from avo.host_references import HOSTS_FILE, load_references
+from avo.report import build_report
+from avo.state import read_trajectory
+from tests.conftest import set_constants
+
+INTEL = """processor\t: 0
+vendor_id\t: GenuineIntel
+cpu family\t: 6
+model\t\t: 106
+model name\t: Intel(R) Xeon(R) Processor @ 2.60GHz
+flags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512bw
+
+processor\t: 1
+vendor_id\t: AuthenticAMD
+"""
+ZEN3 = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 25
+model\t\t: 1
+model name\t: AMD EPYC 7B13
+flags\t\t: fpu sse4_2 avx avx2 fma
+"""
+ARM = """processor\t: 0
+BogoMIPS\t: 243.75
+Features\t: fp asimd evtstrm aes sve
+CPU implementer\t: 0x41
+CPU part\t: 0xd40
+"""
+
+# The score is the candidate's QUALITY times the machine's speed (a stand-in for a CPU model
+# the same code runs faster on); with MACHINE_JITTER each draw alternates between two speeds.
+EVALUATOR = textwrap.dedent(
+    """
+    import json, os, runpy, sys
+    from pathlib import Path
+    ns = runpy.run_path(str(Path(sys.argv[1]) / "model.py"))
+    speed = float(os.environ.get("MACHINE_SPEED", "1"))
+    jitter = os.environ.get("MACHINE_JITTER")
+    if jitter:
+        counter = Path(jitter)
+        i = int(counter.read_text()) if counter.exists() else 0
+        counter.write_text(str(i + 1))
+        speed *= 1.15 if i % 2 else 1.0
+    print(json.dumps({"correct": True, "metrics": {"speed": 100.0 * ns["QUALITY"] * speed}}))
+    """
+)
+OTHER_CPU = "x86_64 OtherVendor family 1 model 2 avx2"
+
+
+@pytest.fixture
+def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    target = tmp_path / "machine"
+    (target / "seed").mkdir(parents=True)
+    (target / "seed" / "model.py").write_text("QUALITY = 1.0\n")
+    (target / "eval.py").write_text(EVALUATOR)
+    (target / "target.yaml").write_text(textwrap.dedent(
+        """
+        name: machine
+        entrypoint: model.py
+        knowledge_base: null
+        evaluate:
+          command: ["{python}", "{target}/eval.py", "{workdir}"]
+          timeout: 30s
+        score:
+          noise: {band: 0.05, confirm_runs: 3}
+        """))
+    # The jitter counter lives outside the candidate's folder, which the sandbox forbids.
+    monkeypatch.setenv("AVO_SANDBOX", "none")
+    monkeypatch.delenv("MACHINE_SPEED", raising=False)
+    return target
+
+
+@pytest.fixture
+def example(machine: Path, runs_root: Path, core_plugins: None, tmp_path: Path) -> Path:
+    run = start_run(str(machine), runs_root)
+    (run.paths.work / "model.py").write_text("QUALITY = 1.2\n")
+    out = submit(run, "20 % better")
+    assert out.outcome == "accepted", out.reason
+    # The report says where each step was measured, CPU class included.
+    assert f"CPU {host_cpu.cpu_class()}" in build_report(run, plot=False)
+    dest = tmp_path / "example"
+    export_run(run, dest, plot=False)
+    return dest
+
+
+def test_a_cpu_is_classed_by_vendor_family_model_and_its_widest_vector_isa() -> None:
+    assert host_cpu.classify(INTEL, "x86_64") == (
+        "x86_64 GenuineIntel family 6 model 106 avx512", "Intel(R) Xeon(R) Processor @ 2.60GHz")
+    assert host_cpu.classify(ZEN3, "x86_64")[0] == "x86_64 AuthenticAMD family 25 model 1 avx2"
+    assert host_cpu.classify(ARM, "aarch64")[0] == "aarch64 implementer 0x41 part 0xd40 sve"
+    assert host_cpu.classify("", "riscv64")[0] == "riscv64 unknown"
+    assert host_cpu.cpu_class().startswith(host_cpu.platform.machine())
+
+
+def test_every_evaluation_records_the_cpu_it_ran_on(example: Path) -> None:
+    records = [r for r in read_trajectory_of(example) if r.get("kind") in ("eval", "submit")]
+    assert records and all(r["cpu"] == host_cpu.cpu_class() for r in records)
+    state = json.loads((example / "run.json").read_text())
+    assert recorded_cpu_class(example, _version(example, state["best"])) == host_cpu.cpu_class()
+
+
+def test_verify_on_another_cpu_class_compares_with_that_class_s_reference(
+        example: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = verify_example(example)
+    assert first.ok and first.host_note is None and first.scalar == pytest.approx(120.0)
+
+    # Another kind of machine, where the same code runs 30 % faster: the record cannot be
+    # reproduced there, and verify says why instead of only "mismatch".
+    monkeypatch.setattr(host_cpu, "cpu_class", lambda: OTHER_CPU)
+    monkeypatch.setenv("MACHINE_SPEED", "1.3")
+    there = verify_example(example)
+    assert not there.ok and there.scalar == pytest.approx(156.0)
+    assert there.host_note is not None and OTHER_CPU in there.host_note and "--record-host" in there.host_note
+
+    record = (example / "run.json").read_bytes(), (example / "trajectory.jsonl").read_bytes()
+    progress: list[str] = []
+    ref, path = record_host_reference(example, draws=3, progress=progress.append)
+    assert path == example / HOSTS_FILE and ref.cpu == OTHER_CPU and ref.version == 1
+    assert ref.draws == pytest.approx([156.0] * 3) and ref.scalar == pytest.approx(156.0)
+    assert len(progress) == 3 and ref.evaluator and ref.measured.endswith("Z")
+    assert ((example / "run.json").read_bytes(), (example / "trajectory.jsonl").read_bytes()) == record
+
+    again = verify_example(example)
+    assert again.ok and "this CPU class's reference" in again.detail
+    assert again.host_note is not None and "not with the record (120)" in again.host_note
+
+    # The reference can fail: the same class measuring something else is a mismatch...
+    monkeypatch.setenv("MACHINE_SPEED", "1.6")
+    assert not verify_example(example).ok
+    # ...and so is a reference edited to claim the record's figure on this class.
+    monkeypatch.setenv("MACHINE_SPEED", "1.3")
+    data = json.loads(path.read_text())
+    data["references"][0]["scalar"] = 120.0
+    path.write_text(json.dumps(data))
+    forged = verify_example(example)
+    assert not forged.ok and "+30.00%" in forged.detail
+
+    # Back on the recording CPU the record is what counts, whatever the references say.
+    monkeypatch.undo()
+    monkeypatch.setenv("AVO_SANDBOX", "none")
+    home = verify_example(example)
+    assert home.ok and home.host_note is None and "recorded" in home.detail
+
+
+def test_recording_a_reference_is_refused_where_it_would_mean_nothing(
+        example: Path, machine: Path, runs_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        toy: Path) -> None:
+    # On the CPU class the run was recorded on, its record is the reference.
+    with pytest.raises(AvoError, match="is the one the run was recorded on"):
+        record_host_reference(example, draws=1)
+    assert not (example / HOSTS_FILE).exists()
+
+    # Draws that spread wider than the band: the machine is too busy to say what it measures.
+    monkeypatch.setattr(host_cpu, "cpu_class", lambda: OTHER_CPU)
+    monkeypatch.setenv("MACHINE_JITTER", str(tmp_path / "jitter"))
+    with pytest.raises(AvoError, match=r"spread 15\.0%, wider than the noise band ±5%"):
+        record_host_reference(example, draws=2)
+    assert not (example / HOSTS_FILE).exists()
+    with pytest.raises(AvoError, match="at least 1"):
+        record_host_reference(example, draws=0)
+
+    # A file avo cannot read is named, before anything is measured, and left as it was.
+    (example / HOSTS_FILE).write_text('{"references": [{"cpu": 3}]}')
+    with pytest.raises(AvoError, match="hosts.json is not a CPU-reference file"):
+        verify_example(example)
+    assert (example / HOSTS_FILE).read_text() == '{"references": [{"cpu": 3}]}'
+
+    # A deterministic target reproduces exactly anywhere: nothing to record.
+    run = start_run(str(toy), runs_root)
+    set_constants(run.paths.work, x=6)
+    submit(run, "X to 6")
+    det = tmp_path / "toy-example"
+    export_run(run, det, plot=False)
+    with pytest.raises(AvoError, match="deterministic"):
+        record_host_reference(det)
+
+
+def test_the_command_prints_the_cpu_note_and_records_with_record_host(
+        example: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(host_cpu, "cpu_class", lambda: OTHER_CPU)
+    monkeypatch.setenv("MACHINE_SPEED", "1.3")
+    runner = CliRunner()
+    res = runner.invoke(app, ["verify", str(example)], catch_exceptions=False)
+    assert res.exit_code == 1 and "MISMATCH: v1" in res.output and "is not the one the run was recorded on" in res.output
+    res = runner.invoke(app, ["verify", str(example), "--record-host", "--draws", "2"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert "draw 2 of 2: 156" in res.output and "hosts.json: v1 = 156" in res.output
+    res = runner.invoke(app, ["verify", str(example)], catch_exceptions=False)
+    assert res.exit_code == 0 and "OK: v1" in res.output and "reference" in res.output
+    assert load_references(example).find(OTHER_CPU, 1) is not None
+
+
+def read_trajectory_of(folder: Path) -> list[dict]:  # type: ignore[type-arg]
+    from avo.state import RunPaths
+
+    return read_trajectory(RunPaths(folder))
+
+
+def _version(folder: Path, n: int):  # type: ignore[no-untyped-def]
+    from avo.examples import load_example
+
+    return load_example(folder, n)[1]
