@@ -5,7 +5,7 @@ Then each further version is what an accepted submit of an unchanged candidate (
 toy scores the same) leaves behind: a commit of the evaluated tree plus ``.avo/scores.jsonl``
 (every version's line so far) with avo's message and trailers, on ``main`` in work/.git and in
 the private backup, a ``vN`` tag, its ``Version`` in run.json and its ``submit`` record in
-the hash-chained trajectory, with ``eval`` records (as ``avo eval`` writes them) between
+the hash-chained, signed trajectory, with ``eval`` records (as ``avo eval`` writes them) between
 submits until the trajectory holds ``records`` lines. The commits go through one
 ``git fast-import`` (each score file stored as a delta of the one before it: written one by
 one, 10,000 versions would be about 8 GB of loose objects). The full record check then runs,
@@ -22,9 +22,11 @@ from pathlib import Path
 
 from avo.chain import line_hash
 from avo.engine import Run, _commit_message, open_run
+from avo.host_cpu import cpu_class
 from avo.lineage import BRANCH, META_DIR
 from avo.record_check import check_record
 from avo.record_format import scores_line
+from avo.run_key import run_key, sign_line
 from avo.state import ChainHead, RunPaths, Version, _set_head, load_state, run_lock, save_state
 
 
@@ -102,10 +104,14 @@ def grow(run_dir: Path, versions: int, records: int) -> float:
     # The trajectory: eval records between the submits, each submit as the engine writes it.
     out: list[bytes] = []
 
+    key = run_key(paths, create=False)
+    assert key is not None, "the started run has no key"
+    cpu = cpu_class()
+
     def append(rec: dict) -> None:  # type: ignore[type-arg]
         nonlocal seq, prev
         seq += 1
-        line = json.dumps({**rec, "seq": seq, "prev": prev}).encode()
+        line = sign_line(key, json.dumps({**rec, "seq": seq, "prev": prev}).encode())  # as append_trajectory
         prev = line_hash(line)
         out.append(line)
 
@@ -114,14 +120,16 @@ def grow(run_dir: Path, versions: int, records: int) -> float:
         for _ in range(per + (extra if v.n == 1 else 0)):
             evaluations += 1
             append({"time": v.time, "kind": "eval", "id": f"eval{evaluations}", "step": v.step, "tree": evaluated,
-                    "correct": True, "scalar": v.scalar, "metrics": v.metrics, "error": None, "gain_vs_best": 0.0,
-                    "wall_s": 0.1, "log": "x.log", "warning": None, "screening": False, "sandbox": state.sandbox})
+                    "correct": True, "scalar": v.scalar, "metrics": v.metrics, "error": None, "notes": None,
+                    "gain_vs_best": 0.0,
+                    "wall_s": 0.1, "log": "x.log", "warning": None, "screening": False, "sandbox": state.sandbox,
+                    "where": "local", "cpu": cpu, "secret": None})
         evaluations += 1
         append({"time": v.time, "kind": "submit", "id": f"step{v.step}", "step": v.step, "outcome": "accepted",
                 "message": v.message, "tree": evaluated, "scalar": v.scalar, "metrics": v.metrics, "error": None,
                 "notes": None, "best_before": v.n - 1, "reason": "matches the best", "wall_s": 0.1,
                 "log": "x.log", "fingerprint": f"{v.n:016x}", "sandbox": state.sandbox, "new_best": False,
-                "where": "local", "secret": None, "version": v.n})
+                "where": "local", "cpu": cpu, "secret": None, "version": v.n})
     with open(paths.trajectory, "ab") as fh:
         fh.write(b"".join(line + b"\n" for line in out))
     state.versions += new
