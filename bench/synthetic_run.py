@@ -130,8 +130,8 @@ def grow(run_dir: Path, versions: int, records: int) -> float:
                 "notes": None, "best_before": v.n - 1, "reason": "matches the best", "wall_s": 0.1,
                 "log": "x.log", "fingerprint": f"{v.n:016x}", "sandbox": state.sandbox, "new_best": False,
                 "where": "local", "cpu": cpu, "secret": None, "version": v.n})
-    with open(paths.trajectory, "ab") as fh:
-        fh.write(b"".join(line + b"\n" for line in out))
+    with open(paths.trajectory, "ab") as traj:
+        traj.write(b"".join(line + b"\n" for line in out))
     state.versions += new
     state.best = len(state.versions) - 1
     state.steps = state.versions[-1].step
