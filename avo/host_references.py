@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from avo.errors import AvoError
 
 HOSTS_FILE = "hosts.json"
+MAX_BYTES = 1 << 20  # a reference is ~1 KiB; a thousand of them is far more than a folder needs
 
 
 class HostReference(BaseModel):
@@ -57,19 +58,32 @@ class HostReferences(BaseModel):
 
 def load_references(folder: Path) -> HostReferences:
     """The example's ``hosts.json``, or an empty one when it has none."""
+    import os
+
+    from avo.regular_files import open_regular
+
     path = folder / HOSTS_FILE
-    if not path.exists():
+    try:  # a folder from someone else: a pipe there must not hang verify, nor a huge file fill memory
+        fd = open_regular(path, why="the example's CPU references")
+    except FileNotFoundError:
         return HostReferences()
+    except OSError as exc:
+        raise AvoError(f"{path} is not a CPU-reference file avo can read: {exc}") from exc
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:
+        raise AvoError(f"{path} is over {MAX_BYTES // 1024} KiB: not a CPU-reference file avo writes")
     try:
-        return HostReferences.model_validate_json(path.read_bytes())
-    except (OSError, ValidationError) as exc:
+        return HostReferences.model_validate_json(data)
+    except ValidationError as exc:
         raise AvoError(f"{path} is not a CPU-reference file avo can read: {exc}") from exc
 
 
 def save_references(folder: Path, refs: HostReferences) -> Path:
-    """Write ``hosts.json`` whole (a temporary file put in place: a crash leaves the old one)."""
+    """Write ``hosts.json`` whole (a fresh temporary file put in place, never through a link: a
+    crash leaves the old one)."""
+    from avo.state import write_json_atomic
+
     path = folder / HOSTS_FILE
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(refs.model_dump_json(indent=2, exclude_defaults=False) + "\n")
-    tmp.replace(path)
+    write_json_atomic(path, refs.model_dump_json(indent=2) + "\n")
     return path

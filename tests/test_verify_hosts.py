@@ -6,6 +6,7 @@ model they were not recorded on)."""
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from pathlib import Path
 
@@ -183,6 +184,21 @@ def test_recording_a_reference_is_refused_where_it_would_mean_nothing(
     with pytest.raises(AvoError, match="hosts.json is not a CPU-reference file"):
         verify_example(example)
     assert (example / HOSTS_FILE).read_text() == '{"references": [{"cpu": 3}]}'
+
+    # A folder from someone else: a pipe there is named, not waited on; a link out of the
+    # folder is replaced by the file, what it pointed at left alone.
+    (example / HOSTS_FILE).unlink()
+    os.mkfifo(example / HOSTS_FILE)
+    with pytest.raises(AvoError, match="not a regular file"):
+        verify_example(example)
+    (example / HOSTS_FILE).unlink()
+    outside = tmp_path / "outside.json"
+    outside.write_text("{}")
+    (example / HOSTS_FILE).symlink_to(outside)
+    monkeypatch.delenv("MACHINE_JITTER")
+    record_host_reference(example, draws=1)
+    assert outside.read_text() == "{}" and not (example / HOSTS_FILE).is_symlink()
+    assert load_references(example).find(OTHER_CPU, 1) is not None
 
     # A deterministic target reproduces exactly anywhere: nothing to record.
     run = start_run(str(toy), runs_root)
