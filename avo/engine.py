@@ -45,10 +45,14 @@ from avo.state import (
     heal_trajectory,
     list_runs,
     load_state,
+    parse_state,
     read_trajectory,
     resolve_run,
+    run_json_bytes,
     run_lock,
     save_state,
+    trajectory_bytes,
+    validated,
     write_json_atomic,
 )
 from avo.work_guard import check_work_limits
@@ -70,6 +74,12 @@ class Run:
 
     paths: RunPaths
     state: RunState
+    # The trajectory's bytes as this command's check under the lock verified them (before the
+    # command's own appends): read once, not again for what the command looks up in it.
+    checked: bytes | None = None
+    # run.json's bytes as open_run(check=False) parsed them into ``state``, for the mutating
+    # function it opened the run for (which takes them once, under the lock).
+    opened: bytes | None = None
 
     @property
     def lineage(self) -> Lineage:
@@ -350,13 +360,26 @@ def _usage_add(state: RunState, usage: dict[str, Any] | None) -> None:
 def open_run(ref: str | Path | None, runs_root: Path, *, check: bool = True) -> Run:
     """Open a run (newest when ``ref`` is ``None``) without taking the lock.
 
-    ``check``: refuse a record that disagrees with its lineage (:mod:`avo.record_check`);
-    only ``avo recover`` opens one unchecked. Writes nothing.
+    ``check``: refuse a record that disagrees with its lineage (:mod:`avo.record_check`).
+    Opened unchecked: by ``avo recover``, and by every command that goes on to a mutating
+    function here (submit, evaluate_work, revert, record_redirect, write_brief), which checks
+    it under the lock; checked here too, the record would be read and checked twice (at
+    10,000 versions that is about 0.2 s). Writes nothing.
     """
     paths = resolve_run(ref, runs_root)
     if not check:
-        return Run(paths, load_state(paths, validate=False))
+        raw = run_json_bytes(paths)
+        return Run(paths, parse_state(paths, raw, validate=False), opened=raw)
     return Run(paths, check_record(paths, load_state(paths), locked=False))
+
+
+def _locked_state(run: Run) -> RunState:
+    """run.json as it is now (the caller holds the lock). The state open_run parsed is taken
+    when the file still holds exactly the bytes it was parsed from, validated as a fresh read
+    is; only once (``opened`` is cleared): a run of 10,000 versions is not parsed twice."""
+    raw = run_json_bytes(run.paths)
+    opened, run.opened = run.opened, None
+    return parse_state(run.paths, raw) if opened is None or opened != raw else validated(run.paths, run.state)
 
 
 def _kill_orphan_evaluator(paths: RunPaths) -> None:
@@ -525,18 +548,23 @@ def recover(run: Run) -> list[str]:
     notes: list[str] = []
     paths, state = run.paths, run.state
     _clean_scratch(paths)
+    if not (paths.backup / "HEAD").exists():
+        # Nothing can be restored or checked without it: the check says so, before work/.git is looked at.
+        check_record(paths, state, locked=True)
     recreated = _regain_git_dir(run, notes)
     notes += heal_trajectory(paths, state)
     interrupted = paths.journal.exists()
     if not interrupted:  # a record checked before avo acts on it (with a journal: after)
-        check_record(paths, state, locked=True)
+        run.checked = trajectory_bytes(paths)
+        check_record(paths, state, locked=True, data=run.checked)
     if recreated:
         run.lineage.move_branch(state.best_version.sha)  # the files in work/ stay: they are the candidate
     if interrupted:
         _finish_journal(run, notes)
     _restore_commits(run, notes)
     if interrupted:
-        check_record(paths, state, locked=True)
+        run.checked = trajectory_bytes(paths)
+        check_record(paths, state, locked=True, data=run.checked)
     repaired = run.lineage.set_tags(_tags(state))
     if repaired:
         notes.append(f"restored tags from the record: {', '.join(repaired)}")
@@ -823,7 +851,8 @@ def _nondeterminism(run: Run, tree: str, evaluation: Evaluation, screening: bool
     noise = run.state.options.noise
     if noise.band > 0 or evaluation.scalar is None:
         return None
-    for record in read_trajectory(run.paths, mentioning=tree.encode()):  # only lines naming the tree are parsed
+    # Only lines naming the tree are parsed, in the bytes the command's check read.
+    for record in read_trajectory(run.paths, mentioning=tree.encode(), data=run.checked):
         if record.get("tree") == tree and record.get("scalar") is not None \
                 and bool(record.get("screening")) == screening \
                 and record.get("metrics") != evaluation.result.metrics:
@@ -843,7 +872,7 @@ def evaluate_work(run: Run, *, quick: bool = False, executor: str | None = None,
     compared with the lineage (its configs and scale differ).
     """
     with run_lock(run.paths):
-        run.state = load_state(run.paths)
+        run.state = _locked_state(run)
         recover(run)
         check_integrity(run)
         check_work_limits(run.paths.work, run.state.target.work_limits)
@@ -1020,7 +1049,7 @@ def submit(
     if not message.strip():
         raise AvoError("the message is empty; say what changed and why (it becomes the commit message)")
     with run_lock(run.paths):
-        run.state = load_state(run.paths)
+        run.state = _locked_state(run)
         notes = recover(run)
         state, paths, lineage = run.state, run.paths, run.lineage
         _check_can_step(state)
@@ -1217,7 +1246,7 @@ def revert(run: Run, message: str | None = None) -> Path | None:
     (why it was abandoned), and every view that lists attempts shows it.
     """
     with run_lock(run.paths):
-        run.state = load_state(run.paths)
+        run.state = _locked_state(run)
         recover(run)
         best = run.state.best_version
         tree = run.lineage.snapshot_tree()
@@ -1246,7 +1275,7 @@ def record_redirect(run: Run, text: str) -> Path:
     if not text.strip():
         raise AvoError("the redirect is empty; give several concrete, distinct directions")
     with run_lock(run.paths):
-        run.state = load_state(run.paths)
+        run.state = _locked_state(run)
         recover(run)
         sup = run.state.supervisor
         k = sup.briefs if sup.briefs else 1
@@ -1273,7 +1302,7 @@ def write_brief(run: Run) -> tuple[Path, str]:
     from avo.prompts import supervisor_brief
 
     with run_lock(run.paths):
-        run.state = load_state(run.paths)
+        run.state = _locked_state(run)
         recover(run)
         sup = run.state.supervisor
         sup.briefs += 1

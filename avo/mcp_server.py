@@ -102,12 +102,11 @@ class AvoTools:
         candidates = [path] if path.is_absolute() else [self.runs_root / path, Path.cwd() / path]
         return next((c.resolve() for c in candidates if self._inside(c) and is_colony(c)), None)
 
-    def _open(self, ref: str | None) -> Run:
+    def _open(self, ref: str | None, *, check: bool = True) -> Run:
+        """``check=False`` for a tool whose engine function checks the record under the lock."""
         from avo.engine import open_run
 
-        if ref is None:
-            return open_run(None, self.runs_root)
-        return open_run(self._run_dir(ref), self.runs_root)
+        return open_run(None if ref is None else self._run_dir(ref), self.runs_root, check=check)
 
     def _output_path(self, output: str | None, run: Run) -> Path:
         if output is None or not output.strip():
@@ -212,7 +211,7 @@ class AvoTools:
         from avo.engine import evaluate_work
         from avo.summaries import eval_lines
 
-        r = self._open(run)
+        r = self._open(run, check=False)
         return "\n".join(eval_lines(evaluate_work(r, quick=quick, executor=executor,
                                                  executor_options=executor_options), r))
 
@@ -229,7 +228,7 @@ class AvoTools:
             raise AvoError("the message is empty; say what changed and why")
         from avo.migration import offer_if_due, offer_line
 
-        r = self._open(run)
+        r = self._open(run, check=False)
         lines = submit_lines(submit(r, message.strip()), r, via="mcp")
         came = offer_if_due(r)  # an island: the migrant its step count makes due
         if came is not None:
@@ -246,7 +245,7 @@ class AvoTools:
         from avo.engine import revert
         from avo.summaries import revert_line
 
-        r = self._open(run)
+        r = self._open(run, check=False)
         return revert_line(revert(r, message), r)
 
     def status(self, run: RunArg = None) -> str:
@@ -284,7 +283,7 @@ class AvoTools:
     def supervisor_brief(self, run: RunArg = None) -> str:
         from avo.engine import write_brief
 
-        r = self._open(run)
+        r = self._open(run, check=False)
         path, text = write_brief(r)
         return (f"{text}\n---\n(brief saved to {path.relative_to(r.paths.root)}.) Via MCP: store your answer "
                 f"with avo_record_supervisor(text=..., run={r.state.id!r}).\n")
@@ -298,7 +297,7 @@ class AvoTools:
     ) -> str:
         from avo.engine import record_redirect
 
-        r = self._open(run)
+        r = self._open(run, check=False)
         path = record_redirect(r, text)
         return (f"redirect recorded ({path.relative_to(r.paths.root)}); avo_next_step carries it for the "
                 "next step")

@@ -203,9 +203,8 @@ class TrajectoryFindings:
         return out + self.other
 
 
-def trajectory_findings(paths: RunPaths, state: RunState, locked: bool) -> TrajectoryFindings:
-    """Check the trajectory's chain and its accepted steps against run.json's versions."""
-    data = trajectory_bytes(paths)
+def trajectory_findings(paths: RunPaths, state: RunState, locked: bool, data: bytes) -> TrajectoryFindings:
+    """Check the trajectory's chain (``data``, its bytes) and its accepted steps against run.json's versions."""
     report = verify(data, state.chain)
     found = TrajectoryFindings(dict(report.problems), data=data, report=report)
     if report.head_problem:
@@ -269,19 +268,22 @@ def trajectory_findings(paths: RunPaths, state: RunState, locked: bool) -> Traje
     return found
 
 
-def record_problems(paths: RunPaths, state: RunState, *, locked: bool) -> list[str]:
+def record_problems(paths: RunPaths, state: RunState, *, locked: bool, data: bytes | None = None) -> list[str]:
     """Every way run.json disagrees with the lineage or the trajectory (empty: it agrees).
 
     ``locked``: the caller holds the run's lock and has finished any interrupted submit, so
     the three must agree exactly; otherwise a submit may be committing meanwhile, and what
-    it has written so far is allowed for.
+    it has written so far is allowed for. ``data``: the trajectory's bytes, read by the
+    caller (read here when ``None``); what is checked is exactly these bytes.
 
     What a signed checkpoint already vouches for is not checked again
     (:mod:`avo.record_checkpoint`); a command holding the lock moves the checkpoint forward.
     """
     from avo.record_checkpoint import fresh_checkpoint, quick_check, save_checkpoint
 
-    quick = quick_check(paths, state, locked=locked)
+    # Read, not mapped: a file truncated under a mapping would kill the reader with SIGBUS.
+    data = trajectory_bytes(paths) if data is None else data
+    quick = quick_check(paths, state, data, locked=locked)
     if quick is not None:
         if locked and quick.body() != quick.previous:
             save_checkpoint(paths, quick)
@@ -290,7 +292,7 @@ def record_problems(paths: RunPaths, state: RunState, *, locked: bool) -> list[s
     if state.best != len(state.versions) - 1:
         problems.append(f"run.json's best is v{state.best}, but its newest version is v{len(state.versions) - 1} "
                         "(every accepted version becomes the best)")
-    found = trajectory_findings(paths, state, locked)
+    found = trajectory_findings(paths, state, locked, data)
     problems += _lineage_problems(paths, state, locked) + _terms_problems(paths, state) + found.describe()
     if not problems and locked and not paths.journal.exists() and found.report is not None \
             and found.signatures is not None:
@@ -311,13 +313,14 @@ def record_error(paths: RunPaths, problems: list[str]) -> RecordError:
         "the trajectory, keeping every line. Agents must not edit run.json or trajectory.jsonl.")
 
 
-def check_record(paths: RunPaths, state: RunState, *, locked: bool) -> RunState:
+def check_record(paths: RunPaths, state: RunState, *, locked: bool, data: bytes | None = None) -> RunState:
     """Raise :class:`RecordError` unless the record agrees with itself; return the state checked.
 
-    Without the lock, a disagreement is looked at again (re-reading run.json) before it is
-    believed, since a submit may have been between two of its writes.
+    ``data``: the trajectory's bytes as the caller read them (read here when ``None``).
+    Without the lock, a disagreement is looked at again (re-reading run.json and the
+    trajectory) before it is believed, since a submit may have been between two of its writes.
     """
-    problems = record_problems(paths, state, locked=locked)
+    problems = record_problems(paths, state, locked=locked, data=data)
     tries = 1 if locked else _RETRIES
     for _ in range(tries - 1):
         if not problems:

@@ -30,7 +30,7 @@ from typing import Any
 
 from avo.chain import RECOVERED, acknowledged, line_hash, parse, split_lines
 from avo.run_key import LineSignatures, first_line, read_verified, says_signed, signed
-from avo.state import RunPaths, RunState, Version, trajectory_bytes, write_json_atomic
+from avo.state import RunPaths, RunState, Version, write_json_atomic
 from avo.terms_compare import terms_differences
 
 FORMAT = 1
@@ -224,8 +224,9 @@ def _new_versions_agree(paths: RunPaths, state: RunState, cp: Checkpoint, locked
     return not locked or ref_of(backup, f"refs/heads/{BRANCH}") == versions[-1].sha
 
 
-def quick_check(paths: RunPaths, state: RunState, *, locked: bool) -> Checkpoint | None:
-    """The checkpoint extended to the whole record, if everything after it agrees; else ``None``.
+def quick_check(paths: RunPaths, state: RunState, data: bytes, *, locked: bool) -> Checkpoint | None:
+    """The checkpoint extended to the whole record (``data``: the trajectory's bytes), if
+    everything after it agrees; else ``None``.
 
     ``None`` means only "not vouched for here": the caller runs the full check.
     """
@@ -239,8 +240,6 @@ def quick_check(paths: RunPaths, state: RunState, *, locked: bool) -> Checkpoint
         return None
     if versions_digest(versions[:cp.versions]) != cp.versions_digest:
         return None
-    # Read, not mapped: a file truncated under a mapping would kill the reader with SIGBUS.
-    data = trajectory_bytes(paths)
     if len(data) < cp.offset:
         return None
     running = hashlib.sha256(memoryview(data)[:cp.offset])

@@ -266,13 +266,29 @@ def trajectory_bytes(paths: RunPaths) -> bytes:
 def load_state(paths: RunPaths, *, validate: bool = True) -> RunState:
     """``run.json`` as a :class:`RunState`; ``validate=False`` skips the consistency check
     (``avo recover`` reads a record it is about to rebuild)."""
+    return parse_state(paths, run_json_bytes(paths), validate=validate)
+
+
+def run_json_bytes(paths: RunPaths) -> bytes:
+    """``run.json``'s bytes (AvoError when it is missing or not a regular file)."""
     try:
-        state = RunState.model_validate_json(read_record_file(paths.run_json))
+        return read_record_file(paths.run_json)
     except FileNotFoundError:
         raise AvoError(f"{paths.run_json} is missing; {paths.root} is not an avo run") from None
+
+
+def parse_state(paths: RunPaths, raw: bytes, *, validate: bool = True) -> RunState:
+    """``raw`` (run.json's bytes) as a :class:`RunState`, as :func:`load_state` reads it."""
+    try:
+        state = RunState.model_validate_json(raw)
     except ValueError as exc:
         raise AvoError(f"{paths.run_json} is unreadable: {exc}") from None
-    problem = _record_problem(state) if validate else None
+    return validated(paths, state) if validate else state
+
+
+def validated(paths: RunPaths, state: RunState) -> RunState:
+    """``state`` unless it is inconsistent in itself (AvoError naming how run.json is corrupt)."""
+    problem = _record_problem(state)
     if problem:
         raise AvoError(f"{paths.run_json} is corrupt: {problem}")
     return state
@@ -528,16 +544,21 @@ def heal_trajectory(paths: RunPaths, state: RunState) -> list[str]:
 _RECOVERED_MARK = b'"recovered"'  # in every line that can set lines aside (chain.RECOVERED)
 
 
-def read_trajectory(paths: RunPaths, *, mentioning: bytes | None = None) -> list[dict[str, Any]]:
+def read_trajectory(paths: RunPaths, *, mentioning: bytes | None = None,
+                    data: bytes | None = None) -> list[dict[str, Any]]:
     """Every trajectory record, except a torn last line and lines ``avo recover`` set aside.
 
     ``mentioning``: only records whose line contains these bytes (a tree id, say), found
-    without parsing the other lines.
+    without parsing the other lines. ``data``: the trajectory's bytes as the caller already
+    read them (the check at a command's start), instead of reading the file again.
     """
-    data = trajectory_bytes(paths)
+    data = trajectory_bytes(paths) if data is None else data
+    end = data.rfind(b"\n") + 1  # complete lines only
+    pos = -1 if mentioning is None else data.find(mentioning, 0, end)
+    if mentioning is not None and pos == -1:
+        return []  # no line names it (a new tree, usually): nothing to parse, nothing set aside to look for
     if mentioning is not None and _RECOVERED_MARK not in data:
-        end = data.rfind(b"\n") + 1  # complete lines only
-        out, pos = [], data.find(mentioning, 0, end)
+        out = []
         while pos != -1:
             start, stop = data.rfind(b"\n", 0, pos) + 1, data.find(b"\n", pos, end)
             r = parse(data[start:stop])

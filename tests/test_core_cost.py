@@ -265,3 +265,70 @@ def test_long_chains_read_the_same_as_git_log(tmp_path: Path) -> None:
     assert ids[-3:] == [None, None, None]
     blobs = read_objects(git_dir, specs)
     assert blobs[:3] == [b"0\n", b"1\n", b"2\n"] and blobs[-3:] == [None, None, None]
+
+
+COUNTED = """
+import json, sys
+from collections import Counter
+import avo.record_check as rc, avo.state as st
+calls = Counter()
+read, problems, parse = st.read_record_file, rc.record_problems, st.RunState.model_validate_json
+def counted_read(path):
+    calls["read " + path.name] += 1
+    return read(path)
+def counted_problems(*a, **k):
+    calls["check"] += 1
+    return problems(*a, **k)
+def counted_parse(raw, *a, **k):
+    calls["parse run.json"] += 1
+    return parse(raw, *a, **k)
+st.read_record_file, rc.record_problems, st.RunState.model_validate_json = counted_read, counted_problems, counted_parse
+from avo.cli import main
+sys.argv = ['avo', *sys.argv[1:]]
+try:
+    main()
+except SystemExit:
+    pass
+print('CALLS', json.dumps(calls))
+"""
+
+
+@pytest.mark.parametrize("command", [["submit", "-m", "X=5"], ["eval"], ["revert", "-m", "not this"]])
+def test_a_mutating_command_reads_and_checks_the_record_once(toy: Path, runs_root: Path, core_plugins: None,
+                                                             command: list[str]) -> None:
+    # The command opens the run unchecked and the engine checks it under the lock: checked
+    # at both, a run of 10,000 versions was parsed, read and hashed twice (~0.3 s more). The
+    # lookups after the check (is this tree's score deterministic?) use the bytes it read.
+    from avo.engine import start_run
+
+    run = start_run(str(toy), runs_root)
+    set_constants(run.paths.work, x=5)
+    env = {**os.environ, "AVO_DISABLE_PLUGIN_AUTOLOAD": "1", "AVO_RUNS_DIR": str(runs_root)}
+    proc = subprocess.run([sys.executable, "-c", COUNTED, *command, "--run", str(run.paths.root)],
+                          capture_output=True, text=True, env=env, check=False)
+    assert "CALLS" in proc.stdout, proc.stdout + proc.stderr
+    calls = json.loads(proc.stdout.split("CALLS", 1)[1])
+    assert calls["check"] == 1, calls
+    assert calls["parse run.json"] == 1, calls
+    assert calls["read trajectory.jsonl"] == 1, calls
+    assert run.state.steps == 0 and len(run.state.versions) == 1
+    after = __import__("avo.state", fromlist=["load_state"]).load_state(run.paths)
+    assert after.steps == (1 if command[0] == "submit" else 0), proc.stdout + proc.stderr
+
+
+def test_a_run_opened_before_another_submit_is_read_again_under_the_lock(toy: Path, runs_root: Path,
+                                                                          core_plugins: None) -> None:
+    # The parse open_run(check=False) made is reused only while run.json holds exactly those
+    # bytes: here a second opener's submit commits first, and the stale opener sees it.
+    from avo.engine import open_run, start_run, submit
+
+    root = start_run(str(toy), runs_root).paths.root
+    stale, fresh = open_run(root, runs_root, check=False), open_run(root, runs_root, check=False)
+    set_constants(fresh.paths.work, x=5)
+    assert submit(fresh, "X=5").outcome == "accepted"
+    set_constants(stale.paths.work, x=6)
+    out = submit(stale, "X=6")
+    assert (out.step, out.outcome, out.version and out.version.n) == (2, "accepted", 2)
+    assert [v.message for v in stale.state.versions[1:]] == ["X=5", "X=6"]
+    # And only once: a Run handed to a second mutating call reads run.json again.
+    assert stale.opened is None

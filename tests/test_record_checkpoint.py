@@ -15,7 +15,7 @@ from pathlib import Path
 from avo.engine import open_run, start_run, submit
 from avo.record_checkpoint import checkpoint_path, load_checkpoint, quick_check
 from avo.run_key import key_path
-from avo.state import RunPaths, load_state
+from avo.state import RunPaths, load_state, trajectory_bytes
 from tests.conftest import set_constants
 from tests.test_record_integrity import avo, edit_json, started
 
@@ -46,7 +46,7 @@ def _checked(run_dir: Path, runs_root: Path) -> tuple[RunPaths, int]:
     paths = RunPaths(run_dir)
     cp = load_checkpoint(paths, load_state(paths))
     assert cp is not None and cp.lines > 0
-    assert quick_check(paths, load_state(paths), locked=False) is not None  # an untouched run passes quickly
+    assert quick_check(paths, load_state(paths), trajectory_bytes(paths), locked=False) is not None  # an untouched run passes quickly
     return paths, cp.lines
 
 
@@ -70,14 +70,14 @@ def test_an_edit_before_the_checkpoint_is_caught(toy: Path, runs_root: Path, cor
     i = next(i for i, line in enumerate(lines[:covered]) if b'"outcome": "accepted"' in line)
     lines[i] = lines[i].replace(b'"message": "X=4"', b'"message": "X=4!"')
     paths.trajectory.write_bytes(b"".join(lines))
-    assert quick_check(paths, load_state(paths), locked=False) is None
+    assert quick_check(paths, load_state(paths), trajectory_bytes(paths), locked=False) is None
     code, out = avo("status")
     assert code == 1 and f"trajectory.jsonl line {i + 1} was edited" in out, out
 
     # Re-chained (every link recomputed, run.json's head moved): the chain no longer tells,
     # the prefix's digest does, and the full check names the disagreement with run.json.
     _rechain(paths, lines)
-    assert quick_check(paths, load_state(paths), locked=False) is None
+    assert quick_check(paths, load_state(paths), trajectory_bytes(paths), locked=False) is None
     code, out = avo("log")
     assert code == 1 and f"trajectory.jsonl line {i + 1} records v1 with message 'X=4!' vs 'X=4'" in out, out
 
@@ -89,7 +89,7 @@ def test_an_edit_after_the_checkpoint_is_caught(toy: Path, runs_root: Path, core
     i = next(i for i, line in enumerate(lines) if i >= covered and b'"outcome": "rejected"' in line)
     lines[i] = lines[i].replace(b'"outcome": "rejected"', b'"outcome": "accepted"')
     paths.trajectory.write_bytes(b"".join(lines))
-    assert quick_check(paths, load_state(paths), locked=False) is None
+    assert quick_check(paths, load_state(paths), trajectory_bytes(paths), locked=False) is None
     code, out = avo("status")
     assert code == 1 and f"trajectory.jsonl line {i + 1} was edited" in out, out
     # Re-chained, the flipped step claiming v1 with a better score: run.json disagrees.
@@ -119,7 +119,7 @@ def test_a_version_edited_in_run_json_before_the_checkpoint_is_caught(
     paths, _ = _checked(run.paths.root, runs_root)
     assert load_checkpoint(paths, load_state(paths)).versions == 3  # type: ignore[union-attr]
     edit_json(paths.run_json, lambda d: d["versions"][1].update(time=d["versions"][1]["time"] + 1))
-    assert quick_check(paths, load_state(paths), locked=False) is None
+    assert quick_check(paths, load_state(paths), trajectory_bytes(paths), locked=False) is None
     code, out = avo("status")
     assert code == 1 and "the .avo/scores.jsonl committed with v1" in out, out
 

@@ -144,7 +144,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
         from avo.engine import evaluate_work, open_run
 
         with user_errors():
-            r = open_run(run, runs_root(runs_dir))
+            r = open_run(run, runs_root(runs_dir), check=False)  # evaluate_work checks it under the lock
             opts = key_values(executor_option, "--executor-option") if executor_option else None
             report = evaluate_work(r, quick=quick, executor=executor, executor_options=opts)
             if json_out:
@@ -170,7 +170,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
         from avo.engine import submit as do_submit
 
         with user_errors():
-            r = open_run(run, runs_root(runs_dir))
+            r = open_run(run, runs_root(runs_dir), check=False)  # submit checks it under the lock
             res = do_submit(r, message, progress=None if json_out else (lambda line: say(line, err=True)))
             from avo.migration import offer_if_due
 
@@ -208,7 +208,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
         from avo.engine import revert as do_revert
 
         with user_errors():
-            r = open_run(run, runs_root(runs_dir))
+            r = open_run(run, runs_root(runs_dir), check=False)  # revert checks it under the lock
             from avo.summaries import revert_line
 
             say(revert_line(do_revert(r, message), r))

@@ -18,7 +18,7 @@ def brief(run: RunRef = None, runs_dir: RunsDir = None) -> None:
     from avo.engine import open_run, write_brief
 
     with user_errors():
-        r = open_run(run, runs_root(runs_dir))
+        r = open_run(run, runs_root(runs_dir), check=False)  # checked under the lock
         path, text = write_brief(r)
         say(text)
         say(f"(brief saved to {path.relative_to(r.paths.root)})", err=True)
@@ -38,6 +38,6 @@ def record(
     from avo.engine import open_run, record_redirect
 
     with user_errors():
-        r = open_run(run, runs_root(runs_dir))
+        r = open_run(run, runs_root(runs_dir), check=False)  # checked under the lock
         path = record_redirect(r, read_text_arg(text, file))
         out.print(f"redirect recorded ({path.relative_to(r.paths.root)}); `avo prompt` carries it for the next step")
