@@ -539,6 +539,12 @@ def _restore_commits(run: Run, notes: list[str]) -> None:
         )
 
 
+def _check_locked(run: Run) -> None:
+    """The record check under the lock, on the trajectory read once and kept as ``run.checked``."""
+    run.checked = trajectory_bytes(run.paths)
+    check_record(run.paths, run.state, locked=True, data=run.checked)
+
+
 def recover(run: Run) -> list[str]:
     """Bring the run to a consistent state after a kill; restore tags an agent moved.
 
@@ -550,21 +556,19 @@ def recover(run: Run) -> list[str]:
     _clean_scratch(paths)
     if not (paths.backup / "HEAD").exists():
         # Nothing can be restored or checked without it: the check says so, before work/.git is looked at.
-        check_record(paths, state, locked=True)
+        _check_locked(run)
     recreated = _regain_git_dir(run, notes)
     notes += heal_trajectory(paths, state)
     interrupted = paths.journal.exists()
     if not interrupted:  # a record checked before avo acts on it (with a journal: after)
-        run.checked = trajectory_bytes(paths)
-        check_record(paths, state, locked=True, data=run.checked)
+        _check_locked(run)
     if recreated:
         run.lineage.move_branch(state.best_version.sha)  # the files in work/ stay: they are the candidate
     if interrupted:
         _finish_journal(run, notes)
     _restore_commits(run, notes)
     if interrupted:
-        run.checked = trajectory_bytes(paths)
-        check_record(paths, state, locked=True, data=run.checked)
+        _check_locked(run)
     repaired = run.lineage.set_tags(_tags(state))
     if repaired:
         notes.append(f"restored tags from the record: {', '.join(repaired)}")

@@ -163,7 +163,7 @@ def rebuild_record(paths: RunPaths, state: RunState) -> list[str]:
         notes.append(f"steps {state.steps} -> {new_steps} (from the trajectory)")
         state.steps = new_steps
     save_state(paths, state)
-    found = trajectory_findings(paths, state, True, trajectory_bytes(paths))
+    found = trajectory_findings(paths, state, locked=True, data=trajectory_bytes(paths))
     if found.lines or found.unrecorded or found.other:
         acknowledged = [{"line": n, "sha": found.line_hashes[n], "problem": what}
                         for n, what in sorted(found.lines.items())]

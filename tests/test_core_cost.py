@@ -300,6 +300,7 @@ def test_a_mutating_command_reads_and_checks_the_record_once(toy: Path, runs_roo
     # at both, a run of 10,000 versions was parsed, read and hashed twice (~0.3 s more). The
     # lookups after the check (is this tree's score deterministic?) use the bytes it read.
     from avo.engine import start_run
+    from avo.state import load_state
 
     run = start_run(str(toy), runs_root)
     set_constants(run.paths.work, x=5)
@@ -312,7 +313,7 @@ def test_a_mutating_command_reads_and_checks_the_record_once(toy: Path, runs_roo
     assert calls["parse run.json"] == 1, calls
     assert calls["read trajectory.jsonl"] == 1, calls
     assert run.state.steps == 0 and len(run.state.versions) == 1
-    after = __import__("avo.state", fromlist=["load_state"]).load_state(run.paths)
+    after = load_state(run.paths)
     assert after.steps == (1 if command[0] == "submit" else 0), proc.stdout + proc.stderr
 
 
