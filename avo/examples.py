@@ -196,7 +196,8 @@ def verify_example(folder: Path, *, version: int | None = None, executor: str | 
                   f"{len(ref.draws)} draws, {ref.measured}) ({g:+.2%}; noise band ±{band:.0%})")
         note = (f"this CPU ({m.cpu}) is not the one the run was recorded on "
                 f"({recorded_cpu or 'not recorded'}): compared with the example's reference for it in "
-                f"hosts.json, not with the record ({wanted.scalar:.6g})")
+                f"hosts.json, not with the record ({wanted.scalar:.6g}, "
+                f"{gain(wanted.scalar, ref.scalar, spec.direction):+.2%} against that reference)")
         if ref.evaluator and ref.evaluator != m.evaluator:
             note += "; the installed evaluator differs from the one that reference was measured with"
         return Verification(ok, wanted, ev.scalar, ev.result.metrics, detail, m.evaluator_changed, note)
