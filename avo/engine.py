@@ -479,8 +479,7 @@ def _finish_journal(run: Run, notes: list[str]) -> None:
         # resetting again would delete what the agent wrote in work/ after it.
         recorded = any(r.get("kind") == "submit" and r.get("step") == step for r in read_trajectory(paths))
         if journal.get("kind") == "accept":
-            lineage.move_branch(state.best_version.sha)
-            lineage.backup(paths.backup, state.best_version.sha)
+            _finish_accepted(run, journal, notes)
         elif not recorded:
             # Edits made after the kill (the agent went on working) are in no diff: archive them.
             measured = record.get("tree")
@@ -505,6 +504,22 @@ def _finish_journal(run: Run, notes: list[str]) -> None:
         notes.append(f"a submit of step {step} was interrupted before its decision; "
                      "the candidate is back in work/ uncommitted")
     paths.journal.unlink(missing_ok=True)
+
+
+def _finish_accepted(run: Run, journal: dict[str, Any], notes: list[str]) -> None:
+    """The backup copy of an accepted submit killed after its commit point: only the commit the
+    signed journal names, and only when run.json's best is that commit. run.json is not checked
+    yet here, and the backup is what the record is checked against and rebuilt from: a commit
+    of the agent's written into run.json by hand must never be copied into it by avo."""
+    state, lineage = run.state, run.lineage
+    sha, n = journal.get("sha"), journal["record"].get("version")
+    if isinstance(sha, str) and n == state.best and state.best_version.sha == sha:
+        lineage.move_branch(sha)
+        lineage.backup(run.paths.backup, sha)
+        return
+    vouched = f"commit {sha[:12]}" if isinstance(sha, str) else "no commit (an older avo wrote it)"
+    notes.append(f"the interrupted submit's journal names {vouched} for v{n}, but run.json's best is "
+                 f"v{state.best} ({state.best_version.sha[:12]}): nothing was copied into avo's private backup")
 
 
 def _scores_with(run: Run, version: Version) -> str:
@@ -1188,7 +1203,9 @@ def submit(
             record["version"] = n
             if migrant is not None:  # its checkout below replaces work/: keep what was written there meanwhile
                 _archive_late_edits(run, step, best.sha, notes)
-            _write_journal(paths, {"kind": "accept", "step": step, "record": record})
+            # The commit is named: finishing a killed submit copies into the backup only what
+            # this signed journal vouches for, never what run.json (unchecked then) names.
+            _write_journal(paths, {"kind": "accept", "step": step, "record": record, "sha": sha})
             lineage.move_branch(sha)
             if migrant is not None:
                 lineage.reset_hard(sha)  # work/ takes the migrant (ignored files stay, as in every reset)
