@@ -273,7 +273,7 @@ def _finish(res: JobResult, log_path: Path, secret: str | None = None) -> Evalua
 
     if res.log or not log_path.exists():
         log_path.write_text(res.log or f"[avo] no log came back from {where(res)}\n")
-    if res.refused:  # the evaluator there is not the run's: nothing was measured, nothing is counted
+    if res.refused:  # not the run's evaluator, or no sandbox there: nothing was measured, nothing is counted
         raise IntegrityError(res.refused)
     result = res.result or failed(f"{where(res)} returned no result")
     scalar, why = scalar_of(result)

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
 
 class AvoError(Exception):
     """An error meant for the user: printed without a traceback by the CLI."""
@@ -28,3 +33,12 @@ class BlockedError(AvoError):
 
 class RecordError(AvoError):
     """run.json, the trajectory and the lineage disagree: the record was edited or damaged."""
+
+
+def validation_summary(exc: ValidationError) -> str:
+    """A pydantic validation error in one line a user reads: where and what, for the first
+    problem, and how many more (pydantic's own text adds input dumps and a documentation link)."""
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{where + ': ' if where else ''}{first['msg']}{more}"

@@ -214,11 +214,13 @@ def evaluator_source(spec: TargetSpec) -> tuple[Path, set[Path], str | None]:
         return spec.directory, data, None
     from types import ModuleType
 
-    from avo.plugins import plugin_manager_with
+    from avo.plugins import not_loaded, plugin_manager_with
 
     plugin = plugin_manager_with({spec.provider or ""}).get_plugin(spec.provider or "")
+    if plugin is None:
+        raise not_loaded(spec.provider or "", f"target {spec.name!r}")
     file = getattr(plugin, "__file__", None) if isinstance(plugin, ModuleType) else None
-    if plugin is None or file is None:
+    if file is None:
         raise AvoError(f"cannot locate the plugin module that provides target {spec.name!r}; a target "
                        "plugin must be an installed module or package, so avo can copy and run it")
     path = Path(file).resolve()

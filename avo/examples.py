@@ -22,7 +22,8 @@ from avo.contract import gain
 from avo.errors import AvoError
 from avo.eval_inputs import strip_meta
 from avo.lineage import Lineage
-from avo.state import RunState, Version
+from avo.record_format import parse_trailers
+from avo.state import RunPaths, RunState, Version, parse_state, run_json_bytes
 
 if TYPE_CHECKING:
     from avo.evaluation import Evaluation
@@ -71,7 +72,8 @@ def is_example(folder: Path) -> bool:
 
 def load_example(folder: Path, version: int | None = None) -> tuple[RunState, Version]:
     """A shipped example's record and its best (or ``version``) version, without evaluating."""
-    state = RunState.model_validate_json((folder / "run.json").read_bytes())
+    paths = RunPaths(folder)
+    state = parse_state(paths, run_json_bytes(paths))  # a damaged file is named, not a traceback
     wanted = state.best_version if version is None else next(
         (v for v in state.versions if v.n == version), None)
     if wanted is None:
@@ -94,6 +96,15 @@ def export_example_version(folder: Path, wanted: Version, dest: Path) -> None:
         tag_sha = lineage.git("rev-parse", f"v{wanted.n}^{{commit}}", check=False).strip()
         if tag_sha != wanted.sha:
             raise AvoError(f"the bundle's v{wanted.n} is {tag_sha or 'missing'}, the record says {wanted.sha}")
+        # The commit's trailers are what was scored when it was committed: run.json edited
+        # since (a doubled score) would otherwise be printed as the record beside the measurement.
+        trailers = parse_trailers(lineage.git("cat-file", "commit", wanted.sha).partition("\n\n")[2])
+        if not (trailers.scalar_matches(wanted.scalar) and trailers.metrics_match(wanted.metrics)):
+            what = (f"scored {wanted.scalar:.6g}, but its commit in {BUNDLE} says avo-scalar: {trailers.scalar}"
+                    if not trailers.scalar_matches(wanted.scalar) else
+                    f"has metrics {wanted.metrics}, but its commit in {BUNDLE} says avo-metrics: {trailers.metrics}")
+            raise AvoError(f"{folder / 'run.json'} says v{wanted.n} {what}: the record was edited after the run; "
+                           "nothing was measured")
         lineage.export(wanted.sha, dest)
     strip_meta(dest)
 
@@ -277,7 +288,7 @@ def record_host_reference(folder: Path, *, version: int | None = None, draws: in
 def recorded_cpu_class(folder: Path, wanted: Version) -> str | None:
     """The CPU class the record of ``wanted`` was measured on, as its trajectory says (runs
     recorded before avo wrote it say nothing)."""
-    from avo.state import RunPaths, read_trajectory
+    from avo.state import read_trajectory
 
     for r in read_trajectory(RunPaths(folder)):
         if (r.get("kind") == "submit" and r.get("version") == wanted.n) or (
@@ -289,7 +300,7 @@ def recorded_cpu_class(folder: Path, wanted: Version) -> str | None:
 
 def _first_measurement(folder: Path, wanted: Version) -> float | None:
     """The first scalar of a version accepted after re-measurements (the one its secret replays)."""
-    from avo.state import RunPaths, read_trajectory
+    from avo.state import read_trajectory
 
     for r in read_trajectory(RunPaths(folder)):
         if r.get("kind") == "submit" and r.get("version") == wanted.n and isinstance(r.get("confirm"), dict):

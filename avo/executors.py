@@ -105,12 +105,17 @@ def run_job(job: EvalJob, private: Path, log_path: Path, *, pid_file: Path | Non
     from avo import evaluator_copy
     from avo.evaluation import evaluate_dir, measure_baselines
     from avo.host_cpu import cpu_class
+    from avo.sandbox import probe
 
     where = {"executor": executor, "node": node or socket.gethostname(), "accelerator": accelerator,
              "cpu": cpu_class()}
     label = f"{job.label}-{job.id[:8]}"
     snap = private / "eval" / label
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    if job.sandbox == "bwrap" and not probe()[0]:
+        # This machine's fault, not the candidate's: nothing is measured or counted.
+        return JobResult(refused=f"the evaluation could not run on {where['node']}: this run evaluates in a "
+                         f"bubblewrap sandbox but {probe()[1]}; nothing was measured or counted", **where)
     try:
         rt = _prepare_runtime(job, private, label)
     except (AvoError, OSError) as exc:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from avo.errors import AvoError
+from avo.errors import AvoError, validation_summary
 
 HOSTS_FILE = "hosts.json"
 MAX_BYTES = 1 << 20  # a reference is ~1 KiB; a thousand of them is far more than a folder needs
@@ -76,7 +76,7 @@ def load_references(folder: Path) -> HostReferences:
     try:
         return HostReferences.model_validate_json(data)
     except ValidationError as exc:
-        raise AvoError(f"{path} is not a CPU-reference file avo can read: {exc}") from exc
+        raise AvoError(f"{path} is not a CPU-reference file avo can read: {validation_summary(exc)}") from None
 
 
 def save_references(folder: Path, refs: HostReferences) -> Path:

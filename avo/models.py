@@ -378,4 +378,5 @@ class JobResult(BaseModel):
     cpu: str | None = Field(None, description="The class of the CPU it ran on (avo.host_cpu.cpu_class)")
     log: str = Field("", description="The evaluator's output (tail) when it was not written to job.log_path")
     refused: str | None = Field(None, description="Why the job was not run at all: the evaluator there differs "
-                                "from the run's record (not a failure of the candidate)")
+                                "from the run's record, or its sandbox cannot start there (not a failure of "
+                                "the candidate)")

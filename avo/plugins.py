@@ -34,7 +34,7 @@ import pluggy
 
 from avo import hookspecs
 from avo.distribution import CORE_DISTRIBUTION, canonical, is_core
-from avo.errors import AvoError
+from avo.errors import AvoError, validation_summary
 from avo.models import BackendInfo, TargetSpec
 
 GROUP = "avo"
@@ -47,7 +47,8 @@ __all__ = [
     "CORE_DISTRIBUTION", "GROUP", "PluginError", "PluginRecord", "all_backends", "all_targets",
     "announced_backends", "announced_targets", "call_backend_hook", "call_module_hook", "call_target_hook",
     "find_backend",
-    "find_target", "get_plugin_manager", "plugin_manager_with", "plugin_module_dir", "plugin_records", "register",
+    "find_target", "get_plugin_manager", "not_loaded", "plugin_manager_with", "plugin_module_dir", "plugin_records",
+    "register",
     "reset_plugin_manager", "unregister",
 ]
 
@@ -309,11 +310,8 @@ def _validate(hook: str, value: Any, name: str, label: str) -> Any:
     try:
         return adapter.validate_python(value)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         raise PluginError(f"{label}: {hook} returned {_shown(value)}; expected {what} "
-                          f"({where}: {first['msg']}{more})", plugin=name, hook=hook) from None
+                          f"({validation_summary(exc)})", plugin=name, hook=hook) from None
 
 
 def _invoke(name: str, hook: str, function: Any, argnames: tuple[str, ...] | list[str],
@@ -370,11 +368,28 @@ def is_core_plugin(name: str) -> bool:
     return record is not None and is_core(record.distribution)
 
 
+def not_loaded(provider: str, what: str) -> AvoError:
+    """The error for ``what``, provided by plugin ``provider``, which is not loaded here: with
+    the reason avo knows (its import failed and how, disabled, or no distribution provides it)."""
+    record = _records.get(provider)
+    if record is None:
+        core_only = os.environ.get("AVO_DISABLE_PLUGIN_AUTOLOAD", "").strip() not in ("", "0")
+        why = "no installed distribution provides it" + (
+            " (AVO_DISABLE_PLUGIN_AUTOLOAD=1 loads the core's built-ins only)" if core_only else " (uninstalled?)")
+    elif record.disabled:
+        why = f"it is disabled ({DISABLE_ENV})"
+    elif record.error:
+        why = f"it {record.error}" if record.error.startswith("failed to load") else f"it did not load: {record.error}"
+    else:
+        why = "it is not loaded here"
+    owner = f" ({record.distribution})" if record is not None else ""
+    return AvoError(f"{what} is provided by plugin {provider!r}{owner}, but {why}; see `avo plugins`")
+
+
 def _call_provider(provider: str, hook: str, kwargs: dict[str, Any], what: str) -> Any:
     pm = plugin_manager_with({provider})
     if pm.get_plugin(provider) is None:
-        raise AvoError(f"{what} is provided by plugin {provider!r}, which is not loaded here "
-                       "(uninstalled, disabled, or failed to load; see `avo plugins`)")
+        raise not_loaded(provider, what)
     impl = next((i for n, i in implementations(hook, pm) if n == provider), None)
     if impl is None:
         if hook in _OPTIONAL:

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import from_json, to_json
 
 from avo.chain import ChainHead, acknowledged, line_hash, link_after, parse, split_lines
-from avo.errors import AvoError, BlockedError
+from avo.errors import AvoError, BlockedError, validation_summary
 from avo.models import NoiseSpec, TargetSpec
 from avo.regular_files import NotRegularFile, open_regular
 
@@ -281,6 +281,8 @@ def parse_state(paths: RunPaths, raw: bytes, *, validate: bool = True) -> RunSta
     """``raw`` (run.json's bytes) as a :class:`RunState`, as :func:`load_state` reads it."""
     try:
         state = RunState.model_validate_json(raw)
+    except ValidationError as exc:
+        raise AvoError(f"{paths.run_json} is unreadable: {validation_summary(exc)}") from None
     except ValueError as exc:
         raise AvoError(f"{paths.run_json} is unreadable: {exc}") from None
     return validated(paths, state) if validate else state

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from avo.contract import gain
+from avo.errors import AvoError
 from avo.numbers import display_digits, fmt_number, fmt_pct
 
 if TYPE_CHECKING:
@@ -123,6 +124,38 @@ def submit_lines(res: SubmitOutcome, run: Run, via: Via = "cli") -> list[str]:
     else:
         lines.append(_NEXT_STEP[via])
     return lines
+
+
+def interrupted_submit_line(run: Run, steps_before: int) -> str:
+    """What a submit interrupted (ctrl-c, a tool's timeout) had done by then: nothing, a decision
+    its journal holds (the next command finishes recording it), or the whole step."""
+    from avo.run_key import read_verified
+    from avo.state import load_state, read_trajectory
+
+    step = steps_before + 1
+    try:
+        journal = read_verified(run.paths, run.paths.journal) if run.paths.journal.exists() else None
+        record = journal.get("record") if journal is not None else None
+        if not isinstance(record, dict) or record.get("step") != step:
+            if load_state(run.paths, validate=False).steps < step:
+                return (f"interrupted before step {step}'s decision: nothing was recorded, and work/ keeps "
+                        "the candidate")
+            record = next((r for r in reversed(read_trajectory(run.paths))
+                           if r.get("kind") == "submit" and r.get("step") == step), None)
+            done = "was recorded"
+        else:
+            done = "was decided; the next avo command finishes recording it"
+    except (OSError, AvoError):
+        return "interrupted; `avo status` shows where the run stands"
+    if not isinstance(record, dict):
+        return f"interrupted after step {step} was recorded; `avo status` shows it"
+    outcome = record.get("outcome")
+    if outcome == "accepted":
+        what = f"accepted as v{record.get('version')}"
+    else:
+        where = f", the candidate's diff is in {record['diff']}" if isinstance(record.get("diff"), str) else ""
+        what = f"{outcome}: work/ is reset to v{record.get('best_before')}{where}"
+    return f"interrupted after its decision: step {step} {what}; it {done}"
 
 
 def revert_line(path: Path | None, run: Run) -> str:

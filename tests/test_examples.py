@@ -35,14 +35,22 @@ def test_export_and_verify(toy: Path, runs_root: Path, core_plugins: None, tmp_p
     assert result.ok and result.version.n == 1 and result.detail == "reproduced exactly"
     assert verify_example(dest, version=0).ok
 
-    # A record that claims more than the code scores is caught.
-    data = json.loads((dest / "run.json").read_text())
-    data["versions"][1]["metrics"]["config_a"] *= 1.5
-    (dest / "run.json").write_text(json.dumps(data))
+    # Code that no longer scores what was recorded (here the evaluator changed) is caught...
+    evaluator = toy / "eval.py"
+    evaluator.write_text(evaluator.read_text().replace("OPT_X, OPT_Y = 7.0, 3.0", "OPT_X, OPT_Y = 8.0, 3.0"))
     result = verify_example(dest)
     assert not result.ok and "metrics differ" in result.detail
     code = CliRunner().invoke(app, ["verify", str(dest)], catch_exceptions=False)
     assert code.exit_code == 1 and "MISMATCH: v1" in code.output
+
+    # ...and so is a record that claims more than its commit says, before anything is measured.
+    data = json.loads((dest / "run.json").read_text())
+    data["versions"][1]["metrics"]["config_a"] *= 1.5
+    (dest / "run.json").write_text(json.dumps(data))
+    with pytest.raises(AvoError, match="says v1 has metrics .* the record was edited after the run"):
+        verify_example(dest)
+    code = CliRunner().invoke(app, ["verify", str(dest)], catch_exceptions=False)
+    assert code.exit_code == 1 and "the record was edited after the run" in code.output
 
 
 def test_verify_rejects_a_folder_that_is_not_an_example(tmp_path: Path) -> None:

@@ -126,3 +126,121 @@ def test_a_journal_without_the_commit_is_not_pushed(toy: Path, runs_root: Path, 
             notes = [str(exc)]
     assert _backup_main(run) == run.state.versions[0].sha
     assert any("older avo" in n or "backup" in n for n in notes), notes
+
+
+# -- found by the UX review of session 13 -----------------------------------------------------------
+
+
+def test_a_sandbox_that_cannot_start_refuses_the_submit_instead_of_failing_the_candidate(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # The run evaluates in bwrap, and the next submit runs where bubblewrap is gone (uninstalled,
+    # or not on this PATH; inside another sandbox it cannot create namespaces, the same case).
+    # The evaluation failed "the gate": a step was spent, the supervisor's counters moved, and
+    # work/ was reset to the best.
+    import shutil
+
+    from avo.sandbox import probe
+
+    assert probe()[0], f"this test needs a working bubblewrap: {probe()[1]}"
+    run = start_run(str(toy), runs_root)
+    assert run.state.sandbox == "bwrap"
+    set_constants(run.paths.work, x=5)
+    before = run.paths.run_json.read_bytes()
+    bin_dir = runs_root.parent / "bin-without-bwrap"
+    bin_dir.mkdir()
+    git = shutil.which("git")
+    assert git is not None
+    (bin_dir / "git").symlink_to(git)
+    env = {**os.environ, "AVO_DISABLE_PLUGIN_AUTOLOAD": "1", "PATH": str(bin_dir)}
+    proc = subprocess.run([sys.executable, "-m", "avo", "submit", "-m", "X=5", "--run", str(run.paths.root)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert "bubblewrap" in out and "FAILED" not in out, out
+    assert "X = 5" in (run.paths.work / "solution.py").read_text()
+    assert run.paths.run_json.read_bytes() == before
+    assert not list(run.paths.rejected.glob("*.diff"))
+    assert submit(open_run(run.paths.root, runs_root), "X=5").outcome == "accepted"
+
+
+def test_a_target_plugin_that_no_longer_imports_is_named_with_its_error_on_submit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runs_root: Path) -> None:
+    # The run's target plugin imported at `avo start` and raises at import later (a broken
+    # upgrade, a dependency gone). `avo submit` said only "cannot locate the plugin module that
+    # provides target 'dial'; a target plugin must be an installed module or package": the
+    # ImportError went once to stderr as a warning, and an MCP client never saw it.
+    from avo import plugins
+    from avo.mcp_server import AvoTools
+    from tests.conftest import install_plugin
+    from tests.test_settings_pinned import PLUGIN
+
+    site = tmp_path / "site"
+    install_plugin(site, monkeypatch, "avo_target_dial", PLUGIN, name="avo-target-dial", version="0.1", entry="dial")
+    try:
+        run = start_run("dial", runs_root)
+        (run.paths.work / "dial.txt").write_text("2\n")
+        (site / "avo_target_dial.py").write_text("raise ImportError('the dial needs libdial, which is gone')\n")
+        sys.modules.pop("avo_target_dial", None)
+        plugins.reset_plugin_manager()
+        proc = subprocess.run([sys.executable, "-m", "avo", "submit", "-m", "2", "--run", str(run.paths.root)],
+                              capture_output=True, text=True, timeout=300)
+        error = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+        assert proc.returncode == 1 and error, proc.stdout + proc.stderr
+        assert "plugin 'dial' (avo-target-dial)" in error[0] and "libdial, which is gone" in error[0], error
+        assert (run.paths.work / "dial.txt").read_text() == "2\n"
+        with pytest.raises(AvoError, match="libdial, which is gone"):
+            AvoTools(runs_root).submit(message="2", run=str(run.paths.root))
+        monkeypatch.setenv("PYTHONPATH", "")
+        gone = subprocess.run([sys.executable, "-m", "avo", "submit", "-m", "2", "--run", str(run.paths.root)],
+                              capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                              env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+        assert "no installed distribution provides it" in gone.stderr, gone.stdout + gone.stderr
+    finally:
+        sys.modules.pop("avo_target_dial", None)
+        plugins.reset_plugin_manager()
+
+
+INTERRUPT = """
+import os, signal, sys
+import avo.engine as engine
+import avo.evaluation as evaluation
+
+point = sys.argv[1]
+
+def ctrl_c(obj, name, after):
+    original = getattr(obj, name)
+    def wrapper(*args, **kwargs):
+        if not after:
+            os.kill(os.getpid(), signal.SIGINT)
+        result = original(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)
+        return result
+    setattr(obj, name, wrapper)
+
+if point == "after-save":
+    ctrl_c(engine, "save_state", after=True)
+else:
+    ctrl_c(evaluation, "evaluate_dir", after=False)
+from avo.cli import main
+sys.argv = ["avo", "submit", "-m", "x", "--run", sys.argv[2]]
+main()
+"""
+
+
+@pytest.mark.parametrize(("x", "point", "said"), [
+    (5, "after-save", "interrupted after its decision: step 1 accepted as v1; it was decided; the next avo "
+                      "command finishes recording it"),
+    (0, "after-save", "interrupted after its decision: step 1 rejected: work/ is reset to v0, the candidate's "
+                      "diff is in rejected/step0001-rejected.diff"),
+    (5, "during-eval", "interrupted before step 1's decision: nothing was recorded, and work/ keeps the candidate"),
+])
+def test_ctrl_c_late_in_a_submit_says_what_was_decided(toy: Path, runs_root: Path, core_plugins: None,
+                                                     x: float, point: str, said: str) -> None:
+    # ctrl-c (or a tool call's timeout) after the decision printed only "interrupted", although
+    # the step was taken and work/ reset: it looked like lost work.
+    run = start_run(str(toy), runs_root)
+    set_constants(run.paths.work, x=x)
+    proc = subprocess.run([sys.executable, "-c", INTERRUPT, point, str(run.paths.root)], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "AVO_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    assert proc.returncode == 130, proc.stdout + proc.stderr
+    assert said in proc.stderr, proc.stderr

@@ -235,3 +235,30 @@ def _version(folder: Path, n: int):  # type: ignore[no-untyped-def]
     from avo.examples import load_example
 
     return load_example(folder, n)[1]
+
+
+def test_a_record_edited_after_the_run_is_refused_before_anything_is_measured(
+        example: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # run.json of a shipped example claiming twice what its bundle's commit says: on another CPU
+    # class, verify compared with that class's reference and said OK, printing the doubled
+    # figure as "recorded"; now the record is held to the commit's trailers first.
+    monkeypatch.setattr(host_cpu, "cpu_class", lambda: OTHER_CPU)
+    record_host_reference(example, draws=1)
+    data = json.loads((example / "run.json").read_text())
+    best = data["versions"][data["best"]]
+    best["scalar"] *= 2
+    (example / "run.json").write_text(json.dumps(data))
+    with pytest.raises(AvoError, match=r"says v1 scored 240, but its commit in lineage.bundle says avo-scalar: "
+                                       r"(120|119\.99).*nothing was measured"):
+        verify_example(example)
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ('{"id": ', "run.json is unreadable: Invalid JSON: EOF while parsing"),
+    ('{"id": "x"}', "run.json is unreadable: created: Field required (and"),
+])
+def test_a_damaged_example_record_is_named_in_one_line(example: Path, text: str, said: str) -> None:
+    (example / "run.json").write_text(text)
+    result = CliRunner().invoke(app, ["verify", str(example)])
+    assert result.exit_code == 1 and said in result.output, result.output
+    assert "Traceback" not in result.output and "errors.pydantic.dev" not in result.output

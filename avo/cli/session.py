@@ -171,7 +171,14 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
 
         with user_errors():
             r = open_run(run, runs_root(runs_dir), check=False)  # submit checks it under the lock
-            res = do_submit(r, message, progress=None if json_out else (lambda line: say(line, err=True)))
+            steps_before = r.state.steps
+            try:
+                res = do_submit(r, message, progress=None if json_out else (lambda line: say(line, err=True)))
+            except KeyboardInterrupt:  # late in a submit the step may be decided, work/ reset: say so
+                from avo.summaries import interrupted_submit_line
+
+                say(interrupted_submit_line(r, steps_before), err=True)
+                raise
             from avo.migration import offer_if_due
 
             came = offer_if_due(r, progress=None if json_out else (lambda line: say(line, err=True)))
