@@ -561,6 +561,9 @@ def find_target(ref: str) -> TargetSpec:
                        + f"; neither is used until one is removed or disabled ({DISABLE_ENV}=ENTRY_POINT)")
     names = sorted(s.name for s in specs)
     known = ", ".join(names) or "none installed"
+    # The target may be one of theirs: a plugin that did not load announces nothing.
+    errors += [f"plugin {r.name!r} ({r.distribution}) is not usable, so no target of its is known: {r.error}"
+               for r in _records.values() if r.error and not r.disabled]
     raise AvoError(
         f"unknown target {ref!r}: not an installed target ({known}) "
         f"and not a folder holding a target.yaml{did_you_mean(ref, names)}" + "".join(f"\n  {e}" for e in errors)

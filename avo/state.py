@@ -200,6 +200,8 @@ def runs_dir(explicit: Path | None = None) -> Path:
 def list_runs(root: Path) -> list[RunPaths]:
     """Every run under ``root``, oldest first (by the start time in the run id)."""
     if not root.is_dir():
+        if root.exists():  # "no runs" would hide a mistyped --runs-dir
+            raise AvoError(f"the runs folder {root} is not a folder")
         return []
     runs = [RunPaths(p.resolve()) for p in root.iterdir()
             if not p.name.startswith(".") and (p / "run.json").is_file()]

@@ -214,6 +214,12 @@ def status_dict(run: Run, dirty: bool | None) -> dict[str, Any]:
     }
 
 
+def _subject(message: str, width: int = 100) -> str:
+    """A message's first line, cut to ``width`` (the whole message is in `avo log` and --json)."""
+    first = message.strip().partition("\n")[0]
+    return first if len(first) <= width else first[:width - 1] + "…"
+
+
 def status_lines(data: dict[str, Any]) -> list[str]:
     """Where the run stands, as the few lines a person or an agent reads."""
     b = data["best"]
@@ -221,7 +227,7 @@ def status_lines(data: dict[str, Any]) -> list[str]:
     lines = [
         f"run {data['run']}  target {data['target']} ({data['direction']})",
         f"  best {b['version']} = {fmt_number(b['scalar'], d)} ({fmt_pct(b['gain_over_seed'])} over x_0 = "
-        f"{fmt_number(data['seed']['scalar'], d)}) — {b['message']}",
+        f"{fmt_number(data['seed']['scalar'], d)}) — {_subject(b['message'])}",
     ]
     budget = f"/{data['max_steps']}" if data["max_steps"] else ""
     matches = f" ({data['matches']} of them matches, not new bests)" if data.get("matches") else ""

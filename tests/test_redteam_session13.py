@@ -244,3 +244,51 @@ def test_ctrl_c_late_in_a_submit_says_what_was_decided(toy: Path, runs_root: Pat
                           text=True, timeout=300, env={**os.environ, "AVO_DISABLE_PLUGIN_AUTOLOAD": "1"})
     assert proc.returncode == 130, proc.stdout + proc.stderr
     assert said in proc.stderr, proc.stderr
+
+
+def test_starting_a_target_whose_plugin_fails_to_import_names_that_plugin(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runs_root: Path) -> None:
+    # `avo start --target dial` with the dial plugin broken said "unknown target 'dial': not an
+    # installed target (...)"; the import error was a warning above it, easy to miss.
+    from avo import plugins
+    from tests.conftest import install_plugin
+
+    install_plugin(tmp_path / "site", monkeypatch, "avo_target_dial", "raise RuntimeError('libdial is gone')\n",
+                   name="avo-target-dial", version="0.1", entry="dial")
+    try:
+        with pytest.raises(AvoError, match=r"unknown target 'dial'.*\n  plugin 'dial' \(avo-target-dial\) is not "
+                                           r"usable, so no target of its is known: failed to load: RuntimeError: "
+                                           r"libdial is gone"):
+            plugins.find_target("dial")
+    finally:
+        sys.modules.pop("avo_target_dial", None)
+        plugins.reset_plugin_manager()
+
+
+def test_status_shows_the_best_version_s_subject_not_its_whole_message(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # A 120 kB commit message made `avo status` print one 120,000-character line.
+    from avo.summaries import status_dict, status_lines, work_dirty
+
+    run = start_run(str(toy), runs_root)
+    set_constants(run.paths.work, x=5)
+    long = "tuned X " + "very " * 24_000 + "carefully\n\nand the body"
+    assert submit(run, long).outcome == "accepted"
+    run = open_run(run.paths.root, runs_root)
+    data = status_dict(run, work_dirty(run))
+    assert data["best"]["message"] == long.strip() or data["best"]["message"] == long
+    best = status_lines(data)[1]
+    assert len(best) < 200 and best.endswith("…") and "tuned X very" in best
+
+
+@pytest.mark.parametrize("command", ["runs", "status"])
+def test_a_runs_folder_that_is_a_file_is_named(tmp_path: Path, command: str) -> None:
+    # `avo runs --runs-dir FILE` said "no runs under FILE" and exited 0.
+    from typer.testing import CliRunner
+
+    from avo.cli.app import app
+
+    afile = tmp_path / "runs"
+    afile.write_text("not a folder\n")
+    result = CliRunner().invoke(app, [command, "--runs-dir", str(afile)])
+    assert result.exit_code == 1 and f"the runs folder {afile} is not a folder" in result.output, result.output
