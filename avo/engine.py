@@ -260,7 +260,7 @@ def _tree_job(run: Run, tree: str, label: str, *, screening: bool = False) -> Ev
         return make_job(run.state.target, label, snapshot=snap, tree=tree, quick=run.state.options.quick or screening,
                         screening=screening, configs=configs, log_path=log_path, **_job_fields(run))
     except CandidateError as exc:  # not self-contained: a failed candidate, named
-        log_path.write_text(f"[avo] the candidate was not evaluated: {exc}\n")
+        write_json_atomic(log_path, f"[avo] the candidate was not evaluated: {exc}\n", sync="none")
         return Evaluation(failed(str(exc)), None, 0.0, log_path)
     finally:
         shutil.rmtree(snap, ignore_errors=True)
@@ -272,7 +272,7 @@ def _finish(res: JobResult, log_path: Path, secret: str | None = None) -> Evalua
     from avo.executors import where
 
     if res.log or not log_path.exists():
-        log_path.write_text(res.log or f"[avo] no log came back from {where(res)}\n")
+        write_json_atomic(log_path, res.log or f"[avo] no log came back from {where(res)}\n", sync="none")
     if res.refused:  # not the run's evaluator, or no sandbox there: nothing was measured, nothing is counted
         raise IntegrityError(res.refused)
     result = res.result or failed(f"{where(res)} returned no result")
@@ -1045,8 +1045,8 @@ def _archive_late_edits(run: Run, step: int, measured: str, notes: list[str], si
         when, what = (("since-measured", "since the candidate was measured (its submit was killed before "
                        "work/ was reset)") if after_kill else ("during-evaluation", "during the evaluation"))
         late_path = paths.rejected / f"step{step:04d}-edited-{when}.diff"
-        late_path.write_text(f"# step {step}: edits made to work/ {what}, not part of the candidate\n" + late,
-                             encoding="utf-8")
+        write_json_atomic(late_path, f"# step {step}: edits made to work/ {what}, not part of the candidate\n" + late,
+                          sync="file")
         notes.append(f"work/ was edited {what}; those edits are in {late_path.relative_to(paths.root)}")
     return False
 
@@ -1212,7 +1212,7 @@ def submit(
             else:
                 # Keep the work tree's copy of the score file in step with the commit.
                 (paths.work / META_DIR).mkdir(exist_ok=True)
-                (paths.work / SCORES_FILE).write_text(scores)
+                write_json_atomic(paths.work / SCORES_FILE, scores, sync="none")  # a link there is replaced
             state.versions.append(version)
             state.best = n
             state.failures_in_row = 0
@@ -1228,10 +1228,9 @@ def submit(
             diff_path = paths.rejected / f"step{step:04d}-{outcome}.diff"
             came = f"\n# migrant from {migrant.origin.describe()}" if migrant is not None else ""
             header = f"# step {step} {outcome}: {message}{came}\n# {reason}\n"
-            with open(diff_path, "w", encoding="utf-8") as fh:
-                fh.write(header + diff)
-                fh.flush()
-                os.fsync(fh.fileno())
+            # Renamed into place: a link the agent put at this name (into .avo/, say) is replaced,
+            # never written through (its key was overwritten with a diff it could rebuild).
+            write_json_atomic(diff_path, header + diff, sync="file")
             record["diff"] = str(diff_path.relative_to(paths.root))
             # Edits made to work/ while the candidate was being measured are not part of it,
             # and the reset below would destroy them: archive them too (a migrant left work/ alone).
@@ -1279,7 +1278,7 @@ def revert(run: Run, message: str | None = None) -> Path | None:
             stamp = time.strftime("%Y%m%d-%H%M%S")
             path = run.paths.rejected / f"reverted-{stamp}-step{step:04d}.diff"
             header = f"# reverted before submit (step {step})" + (f": {note}" if note else "")
-            path.write_text(header.replace("\n", " ") + "\n" + diff)
+            write_json_atomic(path, header.replace("\n", " ") + "\n" + diff, sync="file")
         # A changed .gitignore is in the diff: files only it ignored go beside the diff (revert_line names them).
         run.lineage.reset_hard(best.sha, keep_into=kept_files_folder(path) if path else None)
         append_trajectory(run.paths, {"kind": "revert", "step": step, "message": note or None,
@@ -1302,10 +1301,10 @@ def record_redirect(run: Run, text: str) -> Path:
         k = sup.briefs if sup.briefs else 1
         path = run.paths.supervisor / f"redirect-{k:03d}.md"
         n = 1
-        while path.exists():
+        while os.path.lexists(path):  # a dangling link is a name taken too
             n += 1
             path = run.paths.supervisor / f"redirect-{k:03d}-{n}.md"
-        path.write_text(text.strip() + "\n")
+        write_json_atomic(path, text.strip() + "\n", sync="file")
         sup.due, sup.reason = False, None
         sup.pending_redirect = text.strip()
         sup.redirect_step = run.state.steps + 1
@@ -1329,7 +1328,7 @@ def write_brief(run: Run) -> tuple[Path, str]:
         sup.briefs += 1
         text = supervisor_brief(run)
         path = run.paths.supervisor / f"brief-{sup.briefs:03d}.md"
-        path.write_text(text)
+        write_json_atomic(path, text, sync="file")
         run.save()
         append_trajectory(run.paths, {"kind": "supervisor_brief", "step": run.state.steps + 1,
                                       "reason": sup.reason, "path": str(path.relative_to(run.paths.root))})

@@ -106,6 +106,7 @@ def run_job(job: EvalJob, private: Path, log_path: Path, *, pid_file: Path | Non
     from avo.evaluation import evaluate_dir, measure_baselines
     from avo.host_cpu import cpu_class
     from avo.sandbox import probe
+    from avo.state import write_json_atomic
 
     where = {"executor": executor, "node": node or socket.gethostname(), "accelerator": accelerator,
              "cpu": cpu_class()}
@@ -119,7 +120,7 @@ def run_job(job: EvalJob, private: Path, log_path: Path, *, pid_file: Path | Non
     try:
         rt = _prepare_runtime(job, private, label)
     except (AvoError, OSError) as exc:
-        log_path.write_text(f"[avo] the job was refused on {where['node']}: {exc}\n")
+        write_json_atomic(log_path, f"[avo] the job was refused on {where['node']}: {exc}\n", sync="none")
         return JobResult(refused=f"refused on {where['node']}: {exc}", **where)
     try:
         if job.baselines:

@@ -131,6 +131,12 @@ def foreign_git_dir(work: Path) -> str | None:
     for sub in ("objects", "refs"):
         if (git_dir / sub).is_symlink():
             return f"work/.git/{sub} is a symlink to {os.readlink(git_dir / sub)!r}"
+    # A linked folder further down (refs/heads into avo's backup) sends avo's ref writes there.
+    for folder, dirs, _ in os.walk(git_dir / "refs"):
+        for name in dirs:
+            if os.path.islink(os.path.join(folder, name)):
+                link = Path(folder, name)
+                return f"work/.git/{link.relative_to(git_dir)} is a symlink to {os.readlink(link)!r}"
     return None
 
 
@@ -589,9 +595,16 @@ def _is_sha(value: str) -> bool:
     return len(value) == 40 and not value.strip("0123456789abcdef")  # no per-character loop: 10,000 tags
 
 
-def _write_file_atomic(path: Path, data: bytes) -> None:
-    """git's lock-file protocol: ``path.lock`` created exclusively, then renamed over ``path``."""
+def _write_file_atomic(path: Path, data: bytes, *, inside: Path | None = None) -> None:
+    """git's lock-file protocol: ``path.lock`` created exclusively, then renamed over ``path``.
+
+    ``inside``: the repository ``path`` belongs to; a folder on the way that leads out of it (a
+    ``refs/heads`` linked into avo's backup) is refused, or the write would land there.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
+    if inside is not None and not Path(os.path.realpath(path.parent)).is_relative_to(os.path.realpath(inside)):
+        raise AvoError(f"{path.parent} leads out of the repository {inside} (a symlink on the way?): "
+                       f"avo writes {path.name} only inside it")
     lock = path.with_name(path.name + ".lock")
     try:
         fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -1153,7 +1166,7 @@ class Lineage:
     def set_ref(self, ref: str, sha: str) -> None:
         """Point ``ref`` (``refs/heads/...``, ``refs/tags/...``) at the commit ``sha``, in-process."""
         self._read(sha, "commit")
-        _write_file_atomic(self.git_dir / ref, f"{sha}\n".encode())
+        _write_file_atomic(self.git_dir / ref, f"{sha}\n".encode(), inside=self.git_dir)
 
     def move_branch(self, sha: str) -> None:
         """Point the branch and HEAD at ``sha``, index to match, work tree untouched.
@@ -1319,6 +1332,8 @@ class Lineage:
         lacks, newest commit last, then move its branch, only forward."""
         theirs = _objects(mirror)
         current = _resolve_ref(mirror, f"refs/heads/{BRANCH}")
+        if current is not None and read_any(mirror, current) is None:
+            current = None  # a branch naming a commit the mirror lacks (written through a link): copy all it lacks
         if current == sha:
             return
         new: list[tuple[str, bytes]] = []
@@ -1338,7 +1353,7 @@ class Lineage:
         for commit, data in reversed(new):
             self._copy_tree(theirs, root, _parse_commit(commit, data).tree)
             _put(theirs, root, commit, "commit", data)
-        _write_file_atomic(mirror / "refs" / "heads" / BRANCH, f"{sha}\n".encode())
+        _write_file_atomic(mirror / "refs" / "heads" / BRANCH, f"{sha}\n".encode(), inside=mirror)
 
     def _copy_tree(self, theirs: _Objects, root: Path, tree: str) -> None:
         if _has_loose(root, tree):

@@ -23,6 +23,7 @@ from typing import IO, Any
 
 from avo.contract import count_results, failed, last_json_object, parse_output
 from avo.models import EvalResult, ResourceLimits
+from avo.regular_files import open_own
 
 OUTPUT_CAP = 8 * 1024 * 1024  # bytes per stream; past this the evaluator is killed
 PIPE_GRACE_S = 5.0  # how long to drain pipes still held open after the evaluator's group is gone
@@ -266,7 +267,7 @@ def run_child(
         result_r, result_w = os.pipe()
         command += ["--result-fd", str(result_w)]
     # The guard is up before the child exists, so no signal can slip in between.
-    with open(log_path, "ab", buffering=0) as log, _terminate_with(group, pid_file):
+    with os.fdopen(open_own(log_path, append=True), "ab", buffering=0) as log, _terminate_with(group, pid_file):
         log.write(f"[avo] $ {' '.join(command)}\n[avo] cwd {cwd}\n".encode())
         try:
             proc = subprocess.Popen(
@@ -342,7 +343,7 @@ def run_child(
     stdout = out.text()
     payload = channel.text() if channel is not None else stdout
     if channel is not None and payload.strip():
-        with open(log_path, "a", encoding="utf-8") as fh:
+        with os.fdopen(open_own(log_path, append=True), "a", encoding="utf-8") as fh:
             fh.write(f"[avo] result channel: {payload.strip()[:2000]}\n")
     if leaked:
         result = failed("a process other than the evaluator still holds its result channel after it ended; "

@@ -119,7 +119,7 @@ DRIVER = textwrap.dedent(
             return original(*args, **kwargs)
         setattr(obj, name, wrapper)
 
-    is_journal = lambda path, data: path.name == "pending.json"
+    is_journal = lambda path, data, **kw: path.name == "pending.json"
     if point == "after-journal":
         after(engine, "write_json_atomic", is_journal)
     elif point == "after-commit":

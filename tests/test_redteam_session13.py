@@ -292,3 +292,119 @@ def test_a_runs_folder_that_is_a_file_is_named(tmp_path: Path, command: str) -> 
     afile.write_text("not a folder\n")
     result = CliRunner().invoke(app, [command, "--runs-dir", str(afile)])
     assert result.exit_code == 1 and f"the runs folder {afile} is not a folder" in result.output, result.output
+
+
+# -- links the agent plants where avo writes (found by the red team of session 13) -------------------
+
+
+def test_a_rejected_diff_name_linked_to_the_key_does_not_let_avo_overwrite_the_key(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # rejected/step0001-rejected.diff -> ../.avo/check.key: the rejected submit wrote its diff
+    # through the link, so the run's key became bytes the agent could rebuild (the header from
+    # the trajectory, the diff from git), and a journal it signed with them was taken as avo's.
+    run = start_run(str(toy), runs_root)
+    key = run.paths.private / "check.key"
+    before = key.read_bytes()
+    run.paths.rejected.mkdir(exist_ok=True)
+    link = run.paths.rejected / "step0001-rejected.diff"
+    os.symlink("../.avo/check.key", link)
+    set_constants(run.paths.work, x=0)
+    assert submit(open_run(run.paths.root, runs_root), "worse").outcome == "rejected"
+    assert key.read_bytes() == before
+    assert not link.is_symlink() and link.read_text().startswith("# step 1 rejected: worse")
+
+
+def test_a_hard_link_at_the_work_score_file_does_not_let_avo_write_into_the_key(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # work/.avo/scores.jsonl is rewritten after every accepted submit; a hard link there to the
+    # key (same user, same file system) was written through with the new scores file.
+    run = start_run(str(toy), runs_root)
+    key = run.paths.private / "check.key"
+    before = key.read_bytes()
+    scores = run.paths.work / SCORES_FILE
+    scores.unlink()
+    os.link(key, scores)
+    set_constants(run.paths.work, x=5)
+    out = submit(open_run(run.paths.root, runs_root), "better")
+    assert out.outcome == "accepted", out.reason
+    assert key.read_bytes() == before and os.stat(key).st_nlink == 1
+
+
+def test_a_dangling_redirect_link_into_avo_s_folder_does_not_let_avo_write_a_journal(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # supervisor/redirect-001.md -> ../.avo/pending.json (dangling): `avo supervisor record`
+    # asked only exists(), then wrote the agent's text through the link: a journal of its making.
+    from avo.engine import record_redirect
+
+    run = start_run(str(toy), runs_root)
+    run.paths.supervisor.mkdir(exist_ok=True)
+    os.symlink("../.avo/pending.json", run.paths.supervisor / "redirect-001.md")
+    written = record_redirect(open_run(run.paths.root, runs_root), '{"body": {"kind": "accept"}, "mac": "x"}')
+    assert not run.paths.journal.exists()
+    assert written.name != "redirect-001.md" and not written.is_symlink()
+
+
+def test_a_log_name_linked_out_is_refused_not_written_through(tmp_path: Path) -> None:
+    from avo.regular_files import open_own
+
+    own = tmp_path / "check.key"
+    own.write_bytes(b"secret")
+    (tmp_path / "sym.log").symlink_to(own)
+    os.link(own, tmp_path / "hard.log")
+    for name in ("sym.log", "hard.log"):
+        with pytest.raises(AvoError, match="never"):
+            open_own(tmp_path / name, append=True)
+    assert own.read_bytes() == b"secret"
+    fd = open_own(tmp_path / "fresh.log", append=True)
+    os.write(fd, b"ok\n")
+    os.close(fd)
+    assert (tmp_path / "fresh.log").read_bytes() == b"ok\n"
+
+
+def test_refs_heads_linked_into_the_backup_does_not_let_avo_write_the_backup_s_branch(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # work/.git/refs/heads -> the backup's refs/heads: move_branch wrote the backup's main before
+    # any object was copied, backup() then saw "already there", and the run could not be recovered.
+    import shutil
+
+    run = start_run(str(toy), runs_root)
+    heads = run.paths.work / ".git" / "refs" / "heads"
+    shutil.rmtree(heads)
+    os.symlink("../../../.avo/lineage.git/refs/heads", heads)
+    set_constants(run.paths.work, x=5)
+    out = submit(open_run(run.paths.root, runs_root), "better")
+    assert out.outcome == "accepted" and out.version is not None, out.reason
+    assert any("symlink" in n for n in out.notes), out.notes
+    assert _backup_main(run) == out.version.sha
+    assert subprocess.run(["git", f"--git-dir={run.paths.backup}", "cat-file", "-e", out.version.sha]).returncode == 0
+    status = _avo("status", "--run", str(run.paths.root))
+    assert status is not None and status.returncode == 0, (status.stdout + status.stderr) if status else ""
+
+
+def test_an_evaluator_log_kept_beside_the_run_s_log_cannot_land_in_avo_s_folder(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # What an evaluator writes to its log folder (the candidate shares it) is kept in logs/ as
+    # "<log stem>-<name>". shutil.move into a folder linked at that name (the agent's
+    # logs/<stem>-planted.json -> ../.avo) moved the file INTO .avo/ under its own name (one
+    # .avo/ already held, such as the key, only failed the evaluation).
+    import time
+
+    evaluator = toy / "eval.py"
+    evaluator.write_text(evaluator.read_text().replace(
+        'if __name__ == "__main__":',
+        "import os\nif os.environ.get('AVO_LOG_DIR'):\n"
+        "    Path(os.environ['AVO_LOG_DIR'], 'planted.json').write_text('chosen by the candidate')\n\n"
+        'if __name__ == "__main__":'))
+    run = start_run(str(toy), runs_root)
+    key = run.paths.private / "check.key"
+    before = key.read_bytes()
+    now = time.time()
+    for second in range(-2, 60):  # the log's name holds the second the evaluation starts
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now + second))
+        os.symlink("../.avo", run.paths.logs / f"{stamp}-step1-planted.json")
+    set_constants(run.paths.work, x=5)
+    out = submit(open_run(run.paths.root, runs_root), "better")
+    assert out.outcome == "accepted", out.reason
+    assert key.read_bytes() == before and not (run.paths.private / "planted.json").exists()
+    kept = [p for p in run.paths.logs.glob("*-step1-planted.json") if not p.is_symlink()]
+    assert len(kept) == 1 and kept[0].read_text() == "chosen by the candidate"

@@ -212,8 +212,10 @@ def test_refs_tags_a_link_out_of_work_makes_avo_delete_a_file_there(
     tags_dir.rmdir()
     tags_dir.symlink_to(outside)
     set_constants(work, x=2)
-    with pytest.raises(AvoError, match="refs/tags is not a folder"):  # now: refused by name
-        submit(open_run(run.paths.root, runs_root), "X=2")
+    # Refused by name at first; since session 13 a linked folder under refs/ makes work/.git a
+    # foreign one: moved aside whole (the link with it, not followed) and restored from the backup.
+    out = submit(open_run(run.paths.root, runs_root), "X=2")
+    assert any("refs/tags is a symlink" in note for note in out.notes), out.notes
     assert (outside / "v1").read_text() == "the user's file\n", "avo deleted a file outside work/"
 
 
