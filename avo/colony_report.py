@@ -18,7 +18,7 @@ from avo.colony import load_colony, read_events
 from avo.colony_view import colony_summary
 from avo.errors import AvoError
 from avo.numbers import fmt_number, fmt_pct
-from avo.state import RunPaths, load_state, read_trajectory
+from avo.state import RunPaths, load_state, read_trajectory, write_json_atomic
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -79,7 +79,9 @@ def plot_colony(folder: Path, output: Path) -> Path:
         fig = build_colony_figure(folder)
     except ImportError:
         raise AvoError("plots need matplotlib: pip install 'avo[plot]'") from None
-    fig.savefig(output, format=fmt, bbox_inches="tight")
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt, bbox_inches="tight")
+    write_json_atomic(output, buf.getvalue(), sync="none")  # renamed in: a link at the name is replaced
     return output
 
 
@@ -143,24 +145,23 @@ def write_colony_report(folder: Path, output: Path, *, plot: bool = True) -> Pat
            "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;padding:3px 7px;text-align:right}"
            "td.l,th.l{text-align:left}tr.best{background:#eef5ff}pre{background:#f7f7f7;padding:.7em;font-size:12px;"
            "white-space:pre-wrap}img{max-width:100%}.muted{color:#777}")
-    output.write_text(f"<!doctype html><html><head><meta charset=utf-8><title>avo colony {_e(s['colony'])}</title>"
-                      f"<style>{css}</style></head><body>" + "\n".join(parts) + "</body></html>\n", encoding="utf-8")
+    write_json_atomic(output, f"<!doctype html><html><head><meta charset=utf-8><title>avo colony {_e(s['colony'])}"
+                      f"</title><style>{css}</style></head><body>" + "\n".join(parts) + "</body></html>\n", sync="none")
     return output
 
 
 def export_colony(folder: Path, dest: Path, *, plot: bool = True) -> list[Path]:
     """Write the colony as a shippable example: its record, and each island as ``avo export`` writes a run."""
-    import shutil
 
     from avo.colony import COLONY_FILE, EVENTS_FILE
     from avo.engine import open_run
-    from avo.examples import export_run
+    from avo.examples import copy_record_file, export_run
 
     dest.mkdir(parents=True, exist_ok=True)
     written = []
     for name in (COLONY_FILE, EVENTS_FILE):
         if (folder / name).exists():
-            shutil.copy2(folder / name, dest / name)
+            copy_record_file(folder / name, dest / name)
             written.append(dest / name)
     for name in load_colony(folder).names():
         if (folder / name / "run.json").is_file():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -47,14 +48,13 @@ def export_run(run: object, dest: Path, *, plot: bool = True) -> list[Path]:
     written.append(bundle)
     for name in COPIED:
         if (run.paths.root / name).exists():
-            shutil.copy2(run.paths.root / name, dest / name)
+            copy_record_file(run.paths.root / name, dest / name)
             written.append(dest / name)
     for name in COPIED_DIRS:
-        if (run.paths.root / name).is_dir():
+        folder = run.paths.root / name
+        if folder.is_dir() and not folder.is_symlink():
             shutil.rmtree(dest / name, ignore_errors=True)
-            # Files a discarded candidate's own .gitignore ignored (build output, data) are the
-            # agent's working files, kept in the run; the export is the record.
-            shutil.copytree(run.paths.root / name, dest / name, ignore=shutil.ignore_patterns("*-ignored-files"))
+            shutil.copytree(folder, dest / name, symlinks=True, ignore=_not_record)
             written.append(dest / name)
     if plot:
         from avo.plot import plot_run
@@ -63,6 +63,27 @@ def export_run(run: object, dest: Path, *, plot: bool = True) -> list[Path]:
         written.append(plot_run(run, dest / "trajectory.png", attempts=True))
         written.append(write_report(run, dest / "report.html"))
     return written
+
+
+def copy_record_file(src: Path, dst: Path) -> None:
+    """Copy one record file, never through a link (a link there could ship avo's key)."""
+    from avo.regular_files import open_regular
+
+    with os.fdopen(open_regular(src, follow_links=False, why="not exported"), "rb") as fh:
+        dst.write_bytes(fh.read())
+
+
+def _not_record(folder: str, names: list[str]) -> set[str]:
+    """What an export leaves out of rejected/ and supervisor/: links (the agent's, into .avo/
+    say, whose target would be shipped) and anything not a plain file or folder; and the files a
+    discarded candidate's own .gitignore ignored (build output, data: the agent's working files,
+    kept in the run; the export is the record)."""
+    out = set()
+    for name in names:
+        st = os.lstat(os.path.join(folder, name))
+        if name.endswith("-ignored-files") or not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+            out.add(name)
+    return out
 
 
 def is_example(folder: Path) -> bool:

@@ -131,7 +131,14 @@ def foreign_git_dir(work: Path) -> str | None:
     for sub in ("objects", "refs"):
         if (git_dir / sub).is_symlink():
             return f"work/.git/{sub} is a symlink to {os.readlink(git_dir / sub)!r}"
-    # A linked folder further down (refs/heads into avo's backup) sends avo's ref writes there.
+    # A linked folder further down (refs/heads into avo's backup, objects/ab into its objects)
+    # sends avo's writes there.
+    try:
+        linked = next((e.name for e in os.scandir(git_dir / "objects") if e.is_symlink()), None)
+    except OSError:
+        linked = None
+    if linked is not None:
+        return f"work/.git/objects/{linked} is a symlink to {os.readlink(git_dir / 'objects' / linked)!r}"
     for folder, dirs, _ in os.walk(git_dir / "refs"):
         for name in dirs:
             if os.path.islink(os.path.join(folder, name)):
@@ -616,6 +623,14 @@ def _write_file_atomic(path: Path, data: bytes, *, inside: Path | None = None) -
     finally:
         os.close(fd)
     os.replace(lock, path)
+
+
+def _fresh_folder(folder: Path) -> None:
+    """Create ``folder`` empty; whatever is already at its name (a link the agent planted, a
+    folder of its own holding links) is renamed aside first, not followed, not used."""
+    if os.path.lexists(folder):
+        os.rename(folder, folder.with_name(f"{folder.name}-found-{uuid.uuid4().hex[:8]}"))
+    folder.mkdir(parents=True)
 
 
 def _has_loose(objects: Path, sha: str) -> bool:
@@ -1207,13 +1222,19 @@ class Lineage:
         self.git("clean", "-q", "-fd")  # untracked under work/'s own rules: in the archived diff
         self.git("reset", "-q", "--hard", sha)
         left = self.git_bytes("ls-files", "-z", "--others", "--exclude-standard")
-        moved = []
+        moved: list[str] = []
         for raw in filter(None, left.split(b"\0")):
             rel = os.fsdecode(raw)
+            if not moved:
+                _fresh_folder(keep_into)
             dest = keep_into / rel
             try:
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.move(self.work / rel, dest)
+                # Renamed to exactly that name, never moved "into" a folder, and only where no
+                # link leads out of the fresh folder (the agent names the files, and the folder).
+                if not Path(os.path.realpath(dest.parent)).is_relative_to(os.path.realpath(keep_into)):
+                    continue
+                os.rename(self.work / rel, dest)
             except OSError:
                 continue  # gone meanwhile, or cannot be moved: left where it is, as git left it
             moved.append(rel)

@@ -17,6 +17,7 @@ and tools can find them without looking at pixels.
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from avo.contract import better, gain
 from avo.errors import AvoError
 from avo.prompts import config_order, fmt_number
-from avo.state import read_trajectory
+from avo.state import read_trajectory, write_json_atomic
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -336,5 +337,7 @@ def plot_run(
         fig = build_figure(run, x=x, attempts=attempts, since=since, log=log)
     except ImportError:
         raise AvoError("plots need matplotlib: pip install 'avo[plot]'") from None
-    fig.savefig(output, format=fmt, bbox_inches="tight")
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt, bbox_inches="tight")
+    write_json_atomic(output, buf.getvalue(), sync="none")  # renamed in: a link at the name is replaced
     return output

@@ -20,7 +20,7 @@ from avo.contract import gain
 from avo.errors import AvoError
 from avo.numbers import display_digits, fmt_pct
 from avo.prompts import config_order
-from avo.state import read_trajectory
+from avo.state import read_trajectory, write_json_atomic
 
 if TYPE_CHECKING:
     from avo.engine import Run
@@ -273,5 +273,5 @@ def write_report(run: Run, output: Path, *, plot: bool = True) -> Path:
     if not output.parent.is_dir():
         raise AvoError(f"cannot write a report to {output}: the folder {output.parent} does not exist "
                        "(create it first, or pick another --output)")
-    output.write_text(build_report(run, plot=plot), encoding="utf-8")
+    write_json_atomic(output, build_report(run, plot=plot), sync="none")  # renamed in: a link at the name is replaced
     return output

@@ -24,7 +24,7 @@ from pydantic_core import from_json, to_json
 from avo.chain import ChainHead, acknowledged, line_hash, link_after, parse, split_lines
 from avo.errors import AvoError, BlockedError, validation_summary
 from avo.models import NoiseSpec, TargetSpec
-from avo.regular_files import NotRegularFile, open_regular
+from avo.regular_files import NotRegularFile, open_own, open_regular
 
 RUNS_ENV = "AVO_RUNS_DIR"
 
@@ -429,12 +429,15 @@ def _set_aside_torn(paths: RunPaths, data: bytes) -> tuple[_Complete, str | None
     torn = data[end:]
     if not torn:
         return done, None
-    paths.private.mkdir(parents=True, exist_ok=True)
-    aside = paths.private / f"torn-trajectory-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
-    aside.write_bytes(torn)
-    with open(paths.trajectory, "r+b") as fh:
-        fh.truncate(len(data) - len(torn))
-        os.fsync(fh.fileno())
+    fd = open_own(paths.trajectory, append=True)  # never cut a file a link leads to (.avo/checked.json, say)
+    try:
+        paths.private.mkdir(parents=True, exist_ok=True)
+        aside = paths.private / f"torn-trajectory-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
+        aside.write_bytes(torn)
+        os.ftruncate(fd, len(data) - len(torn))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     return done, f"a torn last line of trajectory.jsonl (a kill mid-write) was moved to {aside.name}"
 
 
@@ -517,7 +520,7 @@ def append_trajectory(paths: RunPaths, record: dict[str, Any], *, whole: bool = 
         key = run_key(paths, create=True, first_line=count == 0)
         assert key is not None
         line = sign_line(key, json.dumps(record, sort_keys=False, default=str).encode())
-        with open(paths.trajectory, "ab") as fh:
+        with os.fdopen(open_own(paths.trajectory, append=True), "ab") as fh:  # never through a link
             fh.write(line + b"\n")
             fh.flush()
             os.fsync(fh.fileno())

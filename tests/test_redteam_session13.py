@@ -408,3 +408,127 @@ def test_an_evaluator_log_kept_beside_the_run_s_log_cannot_land_in_avo_s_folder(
     assert key.read_bytes() == before and not (run.paths.private / "planted.json").exists()
     kept = [p for p in run.paths.logs.glob("*-step1-planted.json") if not p.is_symlink()]
     assert len(kept) == 1 and kept[0].read_text() == "chosen by the candidate"
+
+
+def _plant_ignored_key(work: Path, folder: str = "") -> None:
+    """A candidate with an ignore rule of its own and a file only that rule ignores, named like
+    avo's key: what a discarded candidate's reset moves aside instead of deleting."""
+    (work / ".gitignore").write_text(f"{folder or 'check.key'}\n")
+    target = work / folder if folder else work
+    target.mkdir(exist_ok=True)
+    (target / "check.key").write_text("a key of the agent's choosing\n")
+
+
+def test_files_a_rejected_candidate_ignored_are_not_moved_through_a_link_into_avo_s_folder(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # rejected/step0001-rejected-ignored-files -> ../.avo: the reset moved the candidate's
+    # ignored work/check.key "into" it with shutil.move, replacing the run's key.
+    run = start_run(str(toy), runs_root)
+    key = run.paths.private / "check.key"
+    before = key.read_bytes()
+    set_constants(run.paths.work, x=0)
+    _plant_ignored_key(run.paths.work)
+    run.paths.rejected.mkdir(exist_ok=True)
+    os.symlink("../.avo", run.paths.rejected / "step0001-rejected-ignored-files")
+    out = submit(open_run(run.paths.root, runs_root), "worse")
+    assert out.outcome == "rejected"
+    assert key.read_bytes() == before
+    kept = run.paths.rejected / "step0001-rejected-ignored-files"
+    assert not kept.is_symlink() and (kept / "check.key").read_text() == "a key of the agent's choosing\n"
+    assert list(run.paths.rejected.glob("step0001-rejected-ignored-files-found-*"))  # the link, set aside
+
+
+def test_a_revert_does_not_move_ignored_files_through_a_link_inside_a_folder_the_agent_made(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    import time
+
+    from avo.engine import revert
+
+    run = start_run(str(toy), runs_root)
+    key = run.paths.private / "check.key"
+    before = key.read_bytes()
+    with open(run.paths.work / "solution.py", "a") as fh:
+        fh.write("Z = 1\n")
+    _plant_ignored_key(run.paths.work, "sub")
+    now = time.time()
+    for second in range(-2, 30):  # the diff's name holds the second
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now + second))
+        made = run.paths.rejected / f"reverted-{stamp}-step0001-ignored-files"
+        made.mkdir(parents=True)
+        os.symlink("../../.avo", made / "sub")
+    revert(open_run(run.paths.root, runs_root), "nope")
+    assert key.read_bytes() == before
+
+
+@pytest.mark.parametrize("how", ["symlink", "hard link"])
+def test_a_trajectory_linked_to_another_file_is_refused_before_avo_cuts_or_appends_to_it(
+        toy: Path, runs_root: Path, core_plugins: None, tmp_path: Path, how: str) -> None:
+    # trajectory.jsonl replaced by a link to a file without a final newline: the heal took its
+    # last part for a torn line and truncated the link's target (a file outside the run, or
+    # .avo/checked.json) before the record check.
+    run = start_run(str(toy), runs_root)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep this line\nprecious data with no final newline")
+    run.paths.trajectory.unlink()
+    if how == "symlink":
+        run.paths.trajectory.symlink_to(victim)
+    else:
+        os.link(victim, run.paths.trajectory)
+    set_constants(run.paths.work, x=5)
+    proc = _avo("submit", "-m", "better", "--run", str(run.paths.root))
+    assert proc is not None and proc.returncode == 1, (proc.stdout + proc.stderr) if proc else ""
+    assert victim.read_text() == "keep this line\nprecious data with no final newline"
+
+
+def test_the_mcp_plot_does_not_write_through_a_hard_link_at_its_default_name(
+        toy: Path, runs_root: Path, core_plugins: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # <run>/trajectory.png hard-linked to .avo/check.key: savefig opened it "wb" and wrote the
+    # PNG over the key, which the agent could then read through its own link.
+    from avo.mcp_server import AvoTools
+
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    run = start_run(str(toy), runs_root)
+    key = run.paths.private / "check.key"
+    before = key.read_bytes()
+    os.link(key, run.paths.root / "trajectory.png")
+    AvoTools(runs_root).plot(run=str(run.paths.root))
+    assert key.read_bytes() == before
+    assert (run.paths.root / "trajectory.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_an_export_ships_no_file_a_link_in_the_run_leads_to(
+        toy: Path, runs_root: Path, core_plugins: None, tmp_path: Path) -> None:
+    from avo.examples import export_run
+
+    run = start_run(str(toy), runs_root)
+    run.paths.rejected.mkdir(exist_ok=True)
+    os.symlink("../.avo/check.key", run.paths.rejected / "step0001-rejected.diff")
+    os.symlink("../.avo", run.paths.supervisor / "notes")
+    dest = tmp_path / "example"
+    export_run(open_run(run.paths.root, runs_root), dest, plot=False)
+    key = (run.paths.private / "check.key").read_bytes()
+    shipped = [p for p in dest.rglob("*") if p.is_file()]
+    assert shipped and all(p.read_bytes() != key for p in shipped)
+    assert not (dest / "supervisor" / "notes").exists() and not (dest / "rejected" / "step0001-rejected.diff").exists()
+
+
+def test_object_folders_linked_into_the_backup_make_work_git_foreign(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # work/.git/objects/ab -> the backup's objects/ab: the objects avo wrote for a rejected
+    # candidate landed in .avo/lineage.git.
+    import shutil
+
+    run = start_run(str(toy), runs_root)
+    ours, theirs = run.paths.work / ".git" / "objects", run.paths.backup / "objects"
+    for folder in theirs.iterdir():
+        if len(folder.name) == 2 and (ours / folder.name).is_dir():
+            shutil.rmtree(ours / folder.name)
+            os.symlink(f"../../../.avo/lineage.git/objects/{folder.name}", ours / folder.name)
+    before = sorted(p for p in theirs.rglob("*") if p.is_file())
+    for i in range(50):
+        (run.paths.work / f"f{i}.py").write_text(f"# {i}\n")
+    set_constants(run.paths.work, x=0)
+    out = submit(open_run(run.paths.root, runs_root), "worse")
+    assert out.outcome == "rejected"
+    assert any("is a symlink" in n for n in out.notes), out.notes
+    assert sorted(p for p in theirs.rglob("*") if p.is_file()) == before
