@@ -57,7 +57,10 @@ def run_process(
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    with open(log_path, "a", encoding="utf-8", errors="replace") as log:
+    from avo.regular_files import open_own
+
+    # Never through a link: the agent can write logs/ and knows the next step's log name.
+    with os.fdopen(open_own(log_path, append=True), "a", encoding="utf-8", errors="replace") as log:
         shown = argv[0] if shell else " ".join(argv)
         log.write(f"[avo] $ {shown[:2000]}\n[avo] cwd {cwd}\n")
         log.flush()

@@ -170,10 +170,13 @@ def island_paths(folder: Path, state: ColonyState | None = None) -> list[RunPath
 def append_event(folder: Path, record: dict[str, Any]) -> None:
     """Append one event (flushed, synced; a lock keeps concurrent islands' lines whole)."""
     line = json.dumps({"time": round(time.time(), 3), **record}, default=str) + "\n"
-    fd = os.open(folder / ".events.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    from avo.regular_files import open_own
+
+    # Neither file through a link an agent put there (into its run's .avo/, say).
+    fd = os.open(folder / ".events.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        with open(folder / EVENTS_FILE, "a", encoding="utf-8") as fh:
+        with os.fdopen(open_own(folder / EVENTS_FILE, append=True), "a", encoding="utf-8") as fh:
             fh.write(line)
             fh.flush()
             os.fsync(fh.fileno())

@@ -408,6 +408,31 @@ def _clean_scratch(paths: RunPaths) -> None:
         stale.unlink(missing_ok=True)
 
 
+def _regain_run_folders(paths: RunPaths, notes: list[str]) -> None:
+    """The run's folders avo writes into are real folders of the run: one the agent replaced by
+    a link (to .avo/, or anywhere) is renamed aside, not followed, and made again."""
+    for folder in (paths.rejected, paths.logs, paths.supervisor):
+        if folder.is_symlink() or (os.path.lexists(folder) and not folder.is_dir()):
+            aside = folder.with_name(f"{folder.name}-found-{secrets.token_hex(4)}")
+            os.rename(folder, aside)
+            folder.mkdir()
+            notes.append(f"{folder.name}/ was {'a link' if aside.is_symlink() else 'not a folder'}: avo writes "
+                         f"only into the run's own folders, so it was renamed to {aside.name} and made again")
+
+
+def _refuse_linked_trajectory(paths: RunPaths) -> None:
+    """Refuse, before anything is evaluated, a trajectory avo would append to through a link:
+    one that is a symlink or has a second name (a hard link elsewhere, in work/.git say)."""
+    try:
+        st = paths.trajectory.lstat()
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode) or st.st_nlink > 1:
+        what = "a symlink" if stat.S_ISLNK(st.st_mode) else f"a file with {st.st_nlink} names (hard links)"
+        raise AvoError(f"{paths.trajectory} is {what}; avo appends the record only to its own file. Remove the "
+                       "other name (or put the run's own file back) and try again; nothing was changed")
+
+
 def _regain_git_dir(run: Run, notes: list[str]) -> bool:
     """Make work/.git avo's own repository again; True when it had to be re-created."""
     paths, state, lineage = run.paths, run.state, run.lineage
@@ -449,8 +474,9 @@ def _journal_problem(paths: RunPaths, state: RunState, journal: dict[str, Any] |
         return "it is not a submit's journal"
     if record.get("kind") != "submit" or record.get("step") != step or step not in (state.steps, state.steps + 1):
         return f"its record is not step {state.steps + 1}'s submit"
-    if diff_path is not None and Path(str(diff_path)).resolve().parent != paths.rejected.resolve():
-        return "its diff is not in rejected/"
+    if diff_path is not None and (paths.rejected.is_symlink()
+                                  or Path(str(diff_path)).resolve().parent != paths.rejected.resolve()):
+        return "its diff is not in rejected/"  # a rejected/ re-pointed since would lead elsewhere
     return None
 
 
@@ -569,6 +595,8 @@ def recover(run: Run) -> list[str]:
     notes: list[str] = []
     paths, state = run.paths, run.state
     _clean_scratch(paths)
+    _regain_run_folders(paths, notes)
+    _refuse_linked_trajectory(paths)
     if not (paths.backup / "HEAD").exists():
         # Nothing can be restored or checked without it: the check says so, before work/.git is looked at.
         _check_locked(run)
@@ -606,6 +634,7 @@ def restore_record(run: Run) -> list[str]:
         state.best = len(state.versions) - 1 if not 0 <= state.best < len(state.versions) else state.best
         notes: list[str] = []
         _clean_scratch(run.paths)
+        _regain_run_folders(run.paths, notes)
         recreated = _regain_git_dir(run, notes)
         notes += heal_trajectory(run.paths, state)
         if run.paths.journal.exists():
@@ -1211,7 +1240,10 @@ def submit(
                 lineage.reset_hard(sha)  # work/ takes the migrant (ignored files stay, as in every reset)
             else:
                 # Keep the work tree's copy of the score file in step with the commit.
-                (paths.work / META_DIR).mkdir(exist_ok=True)
+                meta = paths.work / META_DIR
+                if meta.is_symlink():  # linked elsewhere (and ignored): the score file is written here, not there
+                    meta.unlink()
+                meta.mkdir(exist_ok=True)
                 write_json_atomic(paths.work / SCORES_FILE, scores, sync="none")  # a link there is replaced
             state.versions.append(version)
             state.best = n

@@ -192,6 +192,17 @@ def island_config(base: EvolveConfig, spec: IslandSpec, index: int = 0) -> Evolv
     return EvolveConfig(**data)
 
 
+def _log_tail(log: Path) -> list[str]:
+    """The driver log's lines, read without following a link (an island's agent can write logs/)."""
+    from avo.regular_files import open_regular
+
+    try:
+        with os.fdopen(open_regular(log, follow_links=False, why="not read"), "rb") as fh:
+            return fh.read().decode("utf-8", errors="replace").strip().splitlines()
+    except (OSError, AvoError):
+        return []
+
+
 def _die_with_parent() -> None:
     """In the child: SIGKILL when the colony driver dies, however it dies (Linux)."""
     try:
@@ -324,7 +335,7 @@ def evolve_colony(folder: Path, config: EvolveConfig, *, parallel: int | None = 
                     row.exit = "interrupted"
                 elif rc != 0:
                     failed.append(name)
-                    tail = child.log.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+                    tail = _log_tail(child.log)
                     row.exit = f"exit {rc}: " + (tail or [""])[-1][:200]
                 elif not again:
                     row.exit = child.stop or "done"
@@ -390,7 +401,9 @@ def _spawn(folder: Path, colony: ColonyState, name: str, config: EvolveConfig, p
         cap = row.spend + left / max(1, sharing)
     cmd = child_command(folder / name, config, target, time_left, cap)
     log = folder / name / "logs" / "colony-driver.log"  # a file, not a pipe: a full pipe would stall the child
-    with open(log, "a", encoding="utf-8") as stderr:
+    from avo.regular_files import open_own
+
+    with os.fdopen(open_own(log, append=True), "a", encoding="utf-8") as stderr:  # never through a link
         stderr.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd[2:])}\n")
         stderr.flush()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True,

@@ -64,7 +64,11 @@ _CONFIG = [
     # avo reads and writes its temporary indexes in-process, in the version it wrote them.
     "-c", "index.version=2",
     "-c", "feature.manyFiles=false",
+    # No reflog: git appends to one through any link the agent puts at its name (into .avo/).
+    "-c", "core.logAllRefUpdates=false",
 ]
+# work/.git/config as avo keeps it: what `git init` writes, nothing an agent added.
+_OWN_CONFIG = b"[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n"
 _GITLINK, _SYMLINK = "160000", "120000"
 
 
@@ -890,8 +894,24 @@ class Lineage:
                                 "changes the run (eval, submit, revert, recover) moves it aside and "
                                 "restores the lineage from avo's private backup.")
         refuse_waiting_files(self.work)
+        self._own_config()
         return _git(self.work / ".git", args, work=self.work, index=index, stdin=stdin, check=check,
                     readonly=readonly)
+
+    def _own_config(self) -> None:
+        """Put back avo's own ``work/.git/config`` if the agent changed it: a filter, a diff or
+        fetch command, an include written there runs as avo, outside the sandbox, inside avo's
+        own git calls (``git add -A`` runs every clean filter). ``-c`` cannot name them all."""
+        path = self.git_dir / "config"
+        if not self.git_dir.is_dir():
+            return
+        try:
+            with os.fdopen(open_regular(path, follow_links=False, why="replaced"), "rb") as fh:
+                same = fh.read(len(_OWN_CONFIG) + 1) == _OWN_CONFIG
+        except (OSError, AvoError):
+            same = False
+        if not same:
+            _write_file_atomic(path, _OWN_CONFIG, inside=self.git_dir)
 
     @property
     def git_dir(self) -> Path:
@@ -1216,10 +1236,12 @@ class Lineage:
         if snapshot is not None and self._reset_from(sha, *snapshot):
             return []
         if keep_into is None or not self._own_ignore_rules(sha):
+            self._drop_reflogs()
             self.git("reset", "-q", "--hard", sha)
             self.git("clean", "-q", "-fd")
             return []
         self.git("clean", "-q", "-fd")  # untracked under work/'s own rules: in the archived diff
+        self._drop_reflogs()
         self.git("reset", "-q", "--hard", sha)
         left = self.git_bytes("ls-files", "-z", "--others", "--exclude-standard")
         moved: list[str] = []
@@ -1239,6 +1261,15 @@ class Lineage:
                 continue  # gone meanwhile, or cannot be moved: left where it is, as git left it
             moved.append(rel)
         return moved
+
+    def _drop_reflogs(self) -> None:
+        """Remove work/.git/logs before a git command that moves a ref: git appends to an existing
+        reflog whatever the configuration says, and through a link planted there (into .avo/)."""
+        logs = self.git_dir / "logs"
+        if logs.is_symlink() or logs.is_file():
+            logs.unlink()
+        elif logs.is_dir():
+            shutil.rmtree(logs)  # links inside are removed, never followed
 
     def _own_ignore_rules(self, sha: str) -> bool:
         """Whether work/'s ``.gitignore`` files (the rules a clean goes by) are not ``sha``'s."""
@@ -1394,7 +1425,10 @@ class Lineage:
             return False
         if not os.path.lexists(self.work / ".git"):
             self.init()
-        self.git("fetch", "-q", "--no-tags", str(mirror), f"+refs/heads/{BRANCH}:refs/avo/backup")
+        self._drop_reflogs()
+        # No FETCH_HEAD: git opens it with fopen("w"), through a link planted at its name.
+        self.git("fetch", "-q", "--no-tags", "--no-write-fetch-head", str(mirror),
+                 f"+refs/heads/{BRANCH}:refs/avo/backup")
         _forget(self.git_dir)  # new packs: a fresh reader sees them at once
         return True
 

@@ -532,3 +532,169 @@ def test_object_folders_linked_into_the_backup_make_work_git_foreign(
     assert out.outcome == "rejected"
     assert any("is a symlink" in n for n in out.notes), out.notes
     assert sorted(p for p in theirs.rglob("*") if p.is_file()) == before
+
+
+# -- the third round: what git, the colony and the agent's own logs wrote through links ---------------
+
+
+@pytest.mark.parametrize("how", ["symlink", "hard link"])
+def test_a_reflog_linked_into_avo_s_folder_is_not_appended_to_by_a_reset(
+        toy: Path, runs_root: Path, core_plugins: None, how: str) -> None:
+    # work/.git/logs/HEAD -> .avo/check.key: `git reset --hard` (a revert, a rejected submit)
+    # appended its reflog line to the key, changing it under every signed line.
+    from avo.engine import revert
+
+    run = start_run(str(toy), runs_root)
+    key = run.paths.private / "check.key"
+    before = key.read_bytes()
+    reflog = run.paths.work / ".git" / "logs" / "HEAD"
+    reflog.parent.mkdir(exist_ok=True)
+    reflog.unlink(missing_ok=True)
+    if how == "symlink":
+        reflog.symlink_to(key)
+    else:
+        os.link(key, reflog)
+    with open(run.paths.work / "solution.py", "a") as fh:
+        fh.write("Z = 1\n")
+    revert(open_run(run.paths.root, runs_root), "nope")
+    set_constants(run.paths.work, x=0)
+    assert submit(open_run(run.paths.root, runs_root), "worse").outcome == "rejected"
+    assert key.read_bytes() == before
+
+
+def test_the_agent_s_step_log_linked_into_avo_s_folder_is_refused(tmp_path: Path) -> None:
+    # `avo evolve` appends each step's agent output to logs/agent-NNNN.log, a name the agent
+    # knows in advance: linked to .avo/lineage.git/config, the agent's stdout became git config.
+    from avo.agent_tools import run_process
+
+    config = tmp_path / "config"
+    config.write_text("[core]\n")
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "agent-0002.log").symlink_to(config)
+    with pytest.raises(AvoError, match="is a symlink"):
+        run_process(["echo", "[alias] x = !touch /tmp/pwned"], cwd=tmp_path, timeout=30,
+                    log_path=tmp_path / "logs" / "agent-0002.log")
+    assert config.read_text() == "[core]\n"
+
+
+def test_a_colony_event_is_not_appended_through_a_link_at_events_jsonl(tmp_path: Path) -> None:
+    # An agent that writes the runs folder around its run linked events.jsonl to its .avo/check.key
+    # (and an unreadable colony.json made its run an island): the migration event went into the key.
+    from avo.colony import EVENTS_FILE, append_event
+
+    key = tmp_path / "check.key"
+    key.write_bytes(b"secret\n")
+    (tmp_path / EVENTS_FILE).symlink_to(key)
+    with pytest.raises(AvoError, match="is a symlink"):
+        append_event(tmp_path, {"kind": "migration", "outcome": "skipped"})
+    (tmp_path / EVENTS_FILE).unlink()
+    os.link(key, tmp_path / EVENTS_FILE)
+    with pytest.raises(AvoError, match="hard link"):
+        append_event(tmp_path, {"kind": "migration", "outcome": "skipped"})
+    assert key.read_bytes() == b"secret\n"
+
+
+def test_run_folders_replaced_by_links_are_set_aside_and_made_again(
+        toy: Path, runs_root: Path, core_plugins: None, tmp_path: Path) -> None:
+    # rejected/ -> .avo, logs/ -> outside the run, supervisor/ -> the backup: the names were
+    # avo's, but every diff, log and brief went wherever the agent pointed.
+    import shutil
+
+    from avo.engine import write_brief
+
+    run = start_run(str(toy), runs_root)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for folder, target in ((run.paths.rejected, ".avo"), (run.paths.logs, str(outside)),
+                           (run.paths.supervisor, ".avo/lineage.git")):
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.symlink_to(target)
+    set_constants(run.paths.work, x=0)
+    out = submit(open_run(run.paths.root, runs_root), "worse")
+    assert out.outcome == "rejected"
+    assert sum("renamed to" in n for n in out.notes) == 3, out.notes
+    write_brief(open_run(run.paths.root, runs_root))
+    assert not any(outside.iterdir())
+    assert not [p.name for p in run.paths.private.iterdir() if p.name.startswith(("step", "brief"))]
+    assert not any(p.name.startswith("brief") for p in run.paths.backup.iterdir())
+    assert (run.paths.rejected / "step0001-rejected.diff").is_file() and not run.paths.rejected.is_symlink()
+
+
+def test_the_colony_driver_reads_an_island_s_log_without_following_a_link(tmp_path: Path) -> None:
+    from avo.islands import _log_tail
+
+    key = tmp_path / "check.key"
+    key.write_text("random bytes\nevery trajectory line signed\n")
+    (tmp_path / "colony-driver.log").symlink_to(key)
+    assert _log_tail(tmp_path / "colony-driver.log") == []
+    (tmp_path / "real.log").write_text("--- start\nexit reason\n")
+    assert _log_tail(tmp_path / "real.log")[-1] == "exit reason"
+
+
+# -- the fourth round: what git runs and writes on the agent's say ------------------------------------
+
+
+def test_a_filter_the_agent_configures_never_runs_in_avo_s_git_calls(
+        toy: Path, runs_root: Path, core_plugins: None, tmp_path: Path) -> None:
+    # A clean/smudge filter in work/.git/config named by work/.gitattributes: avo's own `git add
+    # -A` (every snapshot) and its resets ran the agent's program as avo, outside the sandbox.
+    run = start_run(str(toy), runs_root)
+    work = run.paths.work
+    ran = tmp_path / "ran"
+    (work / ".git" / "f.sh").write_text(f"#!/bin/sh\necho ran >> {ran}\ncat\n")
+    with open(work / ".git" / "config", "a") as fh:
+        fh.write('[filter "x"]\n\tclean = sh .git/f.sh\n\tsmudge = sh .git/f.sh\n'
+                 f'[include]\n\tpath = {tmp_path / "more.cfg"}\n')
+    (work / ".gitattributes").write_text("* filter=x\n")
+    set_constants(work, x=5)
+    assert submit(open_run(run.paths.root, runs_root), "better").outcome == "accepted"
+    set_constants(work, x=0)
+    assert submit(open_run(run.paths.root, runs_root), "worse").outcome == "rejected"
+    assert not ran.exists()
+    assert "filter" not in (work / ".git" / "config").read_text()
+
+
+@pytest.mark.parametrize("how", ["symlink", "hard link"])
+def test_restoring_deleted_commits_writes_no_fetch_head_through_a_link(
+        toy: Path, runs_root: Path, core_plugins: None, tmp_path: Path, how: str) -> None:
+    # v0's commit deleted from work/.git and a link at work/.git/FETCH_HEAD: the fetch from the
+    # backup wrote FETCH_HEAD through it (a file outside the run; the run's trajectory, cut to 0).
+    run = start_run(str(toy), runs_root)
+    v0 = run.state.versions[0].sha
+    (run.paths.work / ".git" / "objects" / v0[:2] / v0[2:]).unlink()
+    victim = tmp_path / "outside.txt"
+    victim.write_text("precious\n")
+    fetch_head = run.paths.work / ".git" / "FETCH_HEAD"
+    if how == "symlink":
+        fetch_head.symlink_to(victim)
+    else:
+        os.link(run.paths.trajectory, fetch_head)
+    lines = run.paths.trajectory.read_bytes()
+    set_constants(run.paths.work, x=5)
+    if how == "symlink":
+        assert submit(open_run(run.paths.root, runs_root), "better").outcome == "accepted"
+    else:  # a trajectory with a second name is refused before anything is evaluated
+        with pytest.raises(AvoError, match="hard links"):
+            submit(open_run(run.paths.root, runs_root), "better")
+        assert run.paths.trajectory.read_bytes() == lines
+        fetch_head.unlink()
+        assert submit(open_run(run.paths.root, runs_root), "better").outcome == "accepted"
+    assert victim.read_text() == "precious\n"
+    assert run.paths.trajectory.read_bytes().startswith(lines)
+
+
+def test_a_linked_work_avo_folder_does_not_take_the_score_file_elsewhere(
+        toy: Path, runs_root: Path, core_plugins: None, tmp_path: Path) -> None:
+    import shutil
+
+    run = start_run(str(toy), runs_root)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "scores.jsonl").write_text("someone else's file\n")
+    shutil.rmtree(run.paths.work / ".avo")
+    (run.paths.work / ".avo").symlink_to(elsewhere)
+    (run.paths.work / ".gitignore").write_text(".avo\n")
+    set_constants(run.paths.work, x=5)
+    assert submit(open_run(run.paths.root, runs_root), "better").outcome == "accepted"
+    assert (elsewhere / "scores.jsonl").read_text() == "someone else's file\n"
+    assert (run.paths.work / SCORES_FILE).is_file() and not (run.paths.work / ".avo").is_symlink()

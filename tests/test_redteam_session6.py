@@ -204,6 +204,7 @@ def test_a_pipe_where_a_reflog_should_be_does_not_hang_a_revert(
     # there for writing waited for good, with work/ already reset.
     run = start_run(str(toy), runs_root, sandbox="none")
     log = run.paths.work / ".git" / where
+    log.parent.mkdir(parents=True, exist_ok=True)  # avo's git writes no reflog: the agent makes the folder
     log.unlink(missing_ok=True)
     os.mkfifo(log)
     solution = run.paths.work / "solution.py"
