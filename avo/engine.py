@@ -28,7 +28,7 @@ from avo.errors import AvoError, BlockedError, IntegrityError
 from avo.eval_inputs import strip_meta
 from avo.evaluation import MALFORMED_BASELINES, MALFORMED_PREFIX, Evaluation, ignored_settings, recorded_settings
 from avo.integrity import compare, hash_tree
-from avo.lineage import META_DIR, CandidateError, Lineage, diff_fingerprint, foreign_git_dir, read_any
+from avo.lineage import META_DIR, CandidateError, Lineage, diff_fingerprint, foreign_git_dir, read_any, set_aside
 from avo.models import EvalJob, JobResult, TargetSpec, WorkLimits
 from avo.partials import builds_partials
 from avo.policy import confirm, first_look, single_decision
@@ -413,8 +413,7 @@ def _regain_run_folders(paths: RunPaths, notes: list[str]) -> None:
     a link (to .avo/, or anywhere) is renamed aside, not followed, and made again."""
     for folder in (paths.rejected, paths.logs, paths.supervisor):
         if folder.is_symlink() or (os.path.lexists(folder) and not folder.is_dir()):
-            aside = folder.with_name(f"{folder.name}-found-{secrets.token_hex(4)}")
-            os.rename(folder, aside)
+            aside = set_aside(folder)
             folder.mkdir()
             notes.append(f"{folder.name}/ was {'a link' if aside.is_symlink() else 'not a folder'}: avo writes "
                          f"only into the run's own folders, so it was renamed to {aside.name} and made again")

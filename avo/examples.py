@@ -120,9 +120,10 @@ def export_example_version(folder: Path, wanted: Version, dest: Path) -> None:
         # The commit's trailers are what was scored when it was committed: run.json edited
         # since (a doubled score) would otherwise be printed as the record beside the measurement.
         trailers = parse_trailers(lineage.git("cat-file", "commit", wanted.sha).partition("\n\n")[2])
-        if not (trailers.scalar_matches(wanted.scalar) and trailers.metrics_match(wanted.metrics)):
+        scalar_agrees = trailers.scalar_matches(wanted.scalar)
+        if not (scalar_agrees and trailers.metrics_match(wanted.metrics)):
             what = (f"scored {wanted.scalar:.6g}, but its commit in {BUNDLE} says avo-scalar: {trailers.scalar}"
-                    if not trailers.scalar_matches(wanted.scalar) else
+                    if not scalar_agrees else
                     f"has metrics {wanted.metrics}, but its commit in {BUNDLE} says avo-metrics: {trailers.metrics}")
             raise AvoError(f"{folder / 'run.json'} says v{wanted.n} {what}: the record was edited after the run; "
                            "nothing was measured")

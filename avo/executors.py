@@ -113,10 +113,10 @@ def run_job(job: EvalJob, private: Path, log_path: Path, *, pid_file: Path | Non
     label = f"{job.label}-{job.id[:8]}"
     snap = private / "eval" / label
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    if job.sandbox == "bwrap" and not probe()[0]:
-        # This machine's fault, not the candidate's: nothing is measured or counted.
+    sandbox_works, why_not = probe() if job.sandbox == "bwrap" else (True, "")
+    if not sandbox_works:  # this machine's fault, not the candidate's: nothing is measured or counted
         return JobResult(refused=f"the evaluation could not run on {where['node']}: this run evaluates in a "
-                         f"bubblewrap sandbox but {probe()[1]}; nothing was measured or counted", **where)
+                         f"bubblewrap sandbox but {why_not}; nothing was measured or counted", **where)
     try:
         rt = _prepare_runtime(job, private, label)
     except (AvoError, OSError) as exc:

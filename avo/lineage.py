@@ -629,11 +629,18 @@ def _write_file_atomic(path: Path, data: bytes, *, inside: Path | None = None) -
     os.replace(lock, path)
 
 
+def set_aside(path: Path) -> Path:
+    """Rename whatever is at ``path`` (a link the agent planted, a folder of links) to a fresh
+    ``NAME-found-XXXXXXXX`` beside it, never following it; where it went."""
+    aside = path.with_name(f"{path.name}-found-{uuid.uuid4().hex[:8]}")
+    os.rename(path, aside)
+    return aside
+
+
 def _fresh_folder(folder: Path) -> None:
-    """Create ``folder`` empty; whatever is already at its name (a link the agent planted, a
-    folder of its own holding links) is renamed aside first, not followed, not used."""
+    """Create ``folder`` empty; whatever is already at its name is set aside first, not used."""
     if os.path.lexists(folder):
-        os.rename(folder, folder.with_name(f"{folder.name}-found-{uuid.uuid4().hex[:8]}"))
+        set_aside(folder)
     folder.mkdir(parents=True)
 
 
@@ -895,6 +902,8 @@ class Lineage:
                                 "restores the lineage from avo's private backup.")
         refuse_waiting_files(self.work)
         self._own_config()
+        if not readonly:  # a command that may move a ref
+            self._drop_reflogs()
         return _git(self.work / ".git", args, work=self.work, index=index, stdin=stdin, check=check,
                     readonly=readonly)
 
@@ -1236,12 +1245,10 @@ class Lineage:
         if snapshot is not None and self._reset_from(sha, *snapshot):
             return []
         if keep_into is None or not self._own_ignore_rules(sha):
-            self._drop_reflogs()
             self.git("reset", "-q", "--hard", sha)
             self.git("clean", "-q", "-fd")
             return []
         self.git("clean", "-q", "-fd")  # untracked under work/'s own rules: in the archived diff
-        self._drop_reflogs()
         self.git("reset", "-q", "--hard", sha)
         left = self.git_bytes("ls-files", "-z", "--others", "--exclude-standard")
         moved: list[str] = []
@@ -1263,13 +1270,17 @@ class Lineage:
         return moved
 
     def _drop_reflogs(self) -> None:
-        """Remove work/.git/logs before a git command that moves a ref: git appends to an existing
-        reflog whatever the configuration says, and through a link planted there (into .avo/)."""
+        """Remove work/.git/logs before a git command that may move a ref: git appends to an
+        existing reflog whatever the configuration says, and through a link planted there."""
         logs = self.git_dir / "logs"
-        if logs.is_symlink() or logs.is_file():
-            logs.unlink()
-        elif logs.is_dir():
+        try:
+            mode = logs.lstat().st_mode
+        except FileNotFoundError:
+            return
+        if stat.S_ISDIR(mode):
             shutil.rmtree(logs)  # links inside are removed, never followed
+        else:
+            logs.unlink()
 
     def _own_ignore_rules(self, sha: str) -> bool:
         """Whether work/'s ``.gitignore`` files (the rules a clean goes by) are not ``sha``'s."""
@@ -1425,7 +1436,6 @@ class Lineage:
             return False
         if not os.path.lexists(self.work / ".git"):
             self.init()
-        self._drop_reflogs()
         # No FETCH_HEAD: git opens it with fopen("w"), through a link planted at its name.
         self.git("fetch", "-q", "--no-tags", "--no-write-fetch-head", str(mirror),
                  f"+refs/heads/{BRANCH}:refs/avo/backup")

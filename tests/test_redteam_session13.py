@@ -29,6 +29,19 @@ def _backup_main(run) -> str:  # type: ignore[no-untyped-def]
     return _git(run.paths.root, f"--git-dir={run.paths.backup}", "rev-parse", "main")
 
 
+def _killed_first_submit(toy: Path, runs_root: Path, tmp_path: Path, point: str):  # type: ignore[no-untyped-def]
+    """A fresh run whose first submit (X = 5, better) was killed at ``point`` (tests/test_record_holds.py's
+    driver), its journal left behind."""
+    run = start_run(str(toy), runs_root)
+    set_constants(run.paths.work, x=5)
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER)
+    proc = subprocess.run([sys.executable, str(driver), point, str(run.paths.root), "X=5"],
+                          capture_output=True, text=True, cwd=Path(__file__).parent.parent, timeout=300)
+    assert proc.returncode == -9, proc.stdout + proc.stderr
+    return run
+
+
 @pytest.mark.parametrize("point", ["after-journal", "after-commit"])
 def test_an_agent_commit_written_into_run_json_after_a_killed_accept_never_reaches_the_backup(
         toy: Path, runs_root: Path, core_plugins: None, tmp_path: Path, point: str) -> None:
@@ -38,14 +51,8 @@ def test_an_agent_commit_written_into_run_json_after_a_killed_accept_never_reach
     # journal before checking anything and pushed run.json's best, the agent's commit, into
     # avo's private backup; it then refused, but `avo recover`, rebuilding from the backup,
     # made 1e9 the run's best.
-    run = start_run(str(toy), runs_root)
+    run = _killed_first_submit(toy, runs_root, tmp_path, point)
     v0 = run.state.versions[0].sha
-    set_constants(run.paths.work, x=5)
-    driver = tmp_path / "driver.py"
-    driver.write_text(DRIVER)
-    proc = subprocess.run([sys.executable, str(driver), point, str(run.paths.root), "X=5"],
-                          capture_output=True, text=True, cwd=Path(__file__).parent.parent, timeout=300)
-    assert proc.returncode == -9, proc.stdout + proc.stderr
     assert run.paths.journal.exists()
 
     work = run.paths.work
@@ -81,13 +88,7 @@ def test_a_genuine_accept_killed_after_its_commit_point_is_still_copied_into_the
         toy: Path, runs_root: Path, core_plugins: None, tmp_path: Path) -> None:
     # The other side: no forgery, the submit killed after run.json recorded its v1. The next
     # command copies exactly the journal's commit into the backup and the run goes on.
-    run = start_run(str(toy), runs_root)
-    set_constants(run.paths.work, x=5)
-    driver = tmp_path / "driver.py"
-    driver.write_text(DRIVER)
-    proc = subprocess.run([sys.executable, str(driver), "after-save", str(run.paths.root), "X=5"],
-                          capture_output=True, text=True, cwd=Path(__file__).parent.parent, timeout=300)
-    assert proc.returncode == -9, proc.stdout + proc.stderr
+    run = _killed_first_submit(toy, runs_root, tmp_path, "after-save")
     journal = json.loads(run.paths.journal.read_text())["body"]
     v1 = load_state(run.paths).versions[1].sha
     assert journal["sha"] == v1 and _backup_main(run) != v1
@@ -106,13 +107,7 @@ def test_a_journal_without_the_commit_is_not_pushed(toy: Path, runs_root: Path, 
     # the command says so; the record check then decides.
     from avo.run_key import read_verified, signed
 
-    run = start_run(str(toy), runs_root)
-    set_constants(run.paths.work, x=5)
-    driver = tmp_path / "driver.py"
-    driver.write_text(DRIVER)
-    proc = subprocess.run([sys.executable, str(driver), "after-save", str(run.paths.root), "X=5"],
-                          capture_output=True, text=True, cwd=Path(__file__).parent.parent, timeout=300)
-    assert proc.returncode == -9, proc.stdout + proc.stderr
+    run = _killed_first_submit(toy, runs_root, tmp_path, "after-save")
     body = read_verified(run.paths, run.paths.journal)
     assert body is not None
     body = {k: v for k, v in body.items() if k != "sha"}
