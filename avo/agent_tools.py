@@ -52,15 +52,17 @@ def run_process(
 ) -> ProcessResult:
     """Run a child in its own process group, stream stdout to ``log_path`` (and ``on_line``).
 
+    ``log_path`` is a file in a folder of avo's own (a run's ``logs/``): that folder is reached
+    without following a link, and one found replaced by a link is set aside and made again.
+
     On a timeout, or when the caller is interrupted (Ctrl-C), the whole group is killed so no
     grandchild keeps running behind avo; the interrupt is then re-raised.
     """
-    log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     from avo.regular_files import open_own
 
     # Never through a link: the agent can write logs/ and knows the next step's log name.
-    with os.fdopen(open_own(log_path, append=True), "a", encoding="utf-8", errors="replace") as log:
+    with os.fdopen(open_own(log_path, append=True, own=1), "a", encoding="utf-8", errors="replace") as log:
         shown = argv[0] if shell else " ".join(argv)
         log.write(f"[avo] $ {shown[:2000]}\n[avo] cwd {cwd}\n")
         log.flush()

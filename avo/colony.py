@@ -27,7 +27,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from avo.errors import AvoError
-from avo.state import RunPaths, write_json_atomic
+from avo.regular_files import write_json_atomic
+from avo.state import RunPaths
 
 COLONY_FILE = "colony.json"
 EVENTS_FILE = "events.jsonl"

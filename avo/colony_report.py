@@ -18,7 +18,8 @@ from avo.colony import load_colony, read_events
 from avo.colony_view import colony_summary
 from avo.errors import AvoError
 from avo.numbers import fmt_number, fmt_pct
-from avo.state import RunPaths, load_state, read_trajectory, write_json_atomic
+from avo.regular_files import write_json_atomic
+from avo.state import RunPaths, load_state, read_trajectory
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

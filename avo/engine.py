@@ -28,13 +28,14 @@ from avo.errors import AvoError, BlockedError, IntegrityError
 from avo.eval_inputs import strip_meta
 from avo.evaluation import MALFORMED_BASELINES, MALFORMED_PREFIX, Evaluation, ignored_settings, recorded_settings
 from avo.integrity import compare, hash_tree
-from avo.lineage import META_DIR, CandidateError, Lineage, diff_fingerprint, foreign_git_dir, read_any, set_aside
+from avo.lineage import META_DIR, CandidateError, Lineage, diff_fingerprint, foreign_git_dir, read_any
 from avo.models import EvalJob, JobResult, TargetSpec, WorkLimits
 from avo.partials import builds_partials
 from avo.policy import confirm, first_look, single_decision
 from avo.prompts import fmt_number
 from avo.record_check import check_record
 from avo.record_format import scores_file, scores_line, terms, terms_digest, trailer_lines
+from avo.regular_files import regain_folder, write_json_atomic
 from avo.state import (
     Baseline,
     RunOptions,
@@ -53,7 +54,6 @@ from avo.state import (
     save_state,
     trajectory_bytes,
     validated,
-    write_json_atomic,
 )
 from avo.work_guard import check_work_limits
 
@@ -260,7 +260,7 @@ def _tree_job(run: Run, tree: str, label: str, *, screening: bool = False) -> Ev
         return make_job(run.state.target, label, snapshot=snap, tree=tree, quick=run.state.options.quick or screening,
                         screening=screening, configs=configs, log_path=log_path, **_job_fields(run))
     except CandidateError as exc:  # not self-contained: a failed candidate, named
-        write_json_atomic(log_path, f"[avo] the candidate was not evaluated: {exc}\n", sync="none")
+        write_json_atomic(log_path, f"[avo] the candidate was not evaluated: {exc}\n", sync="none", own=1)
         return Evaluation(failed(str(exc)), None, 0.0, log_path)
     finally:
         shutil.rmtree(snap, ignore_errors=True)
@@ -272,7 +272,7 @@ def _finish(res: JobResult, log_path: Path, secret: str | None = None) -> Evalua
     from avo.executors import where
 
     if res.log or not log_path.exists():
-        write_json_atomic(log_path, res.log or f"[avo] no log came back from {where(res)}\n", sync="none")
+        write_json_atomic(log_path, res.log or f"[avo] no log came back from {where(res)}\n", sync="none", own=1)
     if res.refused:  # not the run's evaluator, or no sandbox there: nothing was measured, nothing is counted
         raise IntegrityError(res.refused)
     result = res.result or failed(f"{where(res)} returned no result")
@@ -411,12 +411,14 @@ def _clean_scratch(paths: RunPaths) -> None:
 def _regain_run_folders(paths: RunPaths, notes: list[str]) -> None:
     """The run's folders avo writes into are real folders of the run: one the agent replaced by
     a link (to .avo/, or anywhere) is renamed aside, not followed, and made again."""
-    for folder in (paths.rejected, paths.logs, paths.supervisor):
-        if folder.is_symlink() or (os.path.lexists(folder) and not folder.is_dir()):
-            aside = set_aside(folder)
-            folder.mkdir()
-            notes.append(f"{folder.name}/ was {'a link' if aside.is_symlink() else 'not a folder'}: avo writes "
-                         f"only into the run's own folders, so it was renamed to {aside.name} and made again")
+    root = os.open(paths.root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for folder in (paths.rejected, paths.logs, paths.supervisor):
+            note = regain_folder(root, folder.name)
+            if note:
+                notes.append(note)
+    finally:
+        os.close(root)
 
 
 def _refuse_linked_trajectory(paths: RunPaths) -> None:
@@ -1074,7 +1076,7 @@ def _archive_late_edits(run: Run, step: int, measured: str, notes: list[str], si
                        "work/ was reset)") if after_kill else ("during-evaluation", "during the evaluation"))
         late_path = paths.rejected / f"step{step:04d}-edited-{when}.diff"
         write_json_atomic(late_path, f"# step {step}: edits made to work/ {what}, not part of the candidate\n" + late,
-                          sync="file")
+                          sync="file", own=1)
         notes.append(f"work/ was edited {what}; those edits are in {late_path.relative_to(paths.root)}")
     return False
 
@@ -1243,7 +1245,7 @@ def submit(
                 if meta.is_symlink():  # linked elsewhere (and ignored): the score file is written here, not there
                     meta.unlink()
                 meta.mkdir(exist_ok=True)
-                write_json_atomic(paths.work / SCORES_FILE, scores, sync="none")  # a link there is replaced
+                write_json_atomic(paths.work / SCORES_FILE, scores, sync="none", own=1)  # a link there is replaced
             state.versions.append(version)
             state.best = n
             state.failures_in_row = 0
@@ -1261,7 +1263,7 @@ def submit(
             header = f"# step {step} {outcome}: {message}{came}\n# {reason}\n"
             # Renamed into place: a link the agent put at this name (into .avo/, say) is replaced,
             # never written through (its key was overwritten with a diff it could rebuild).
-            write_json_atomic(diff_path, header + diff, sync="file")
+            write_json_atomic(diff_path, header + diff, sync="file", own=1)
             record["diff"] = str(diff_path.relative_to(paths.root))
             # Edits made to work/ while the candidate was being measured are not part of it,
             # and the reset below would destroy them: archive them too (a migrant left work/ alone).
@@ -1309,7 +1311,7 @@ def revert(run: Run, message: str | None = None) -> Path | None:
             stamp = time.strftime("%Y%m%d-%H%M%S")
             path = run.paths.rejected / f"reverted-{stamp}-step{step:04d}.diff"
             header = f"# reverted before submit (step {step})" + (f": {note}" if note else "")
-            write_json_atomic(path, header.replace("\n", " ") + "\n" + diff, sync="file")
+            write_json_atomic(path, header.replace("\n", " ") + "\n" + diff, sync="file", own=1)
         # A changed .gitignore is in the diff: files only it ignored go beside the diff (revert_line names them).
         run.lineage.reset_hard(best.sha, keep_into=kept_files_folder(path) if path else None)
         append_trajectory(run.paths, {"kind": "revert", "step": step, "message": note or None,
@@ -1335,7 +1337,7 @@ def record_redirect(run: Run, text: str) -> Path:
         while os.path.lexists(path):  # a dangling link is a name taken too
             n += 1
             path = run.paths.supervisor / f"redirect-{k:03d}-{n}.md"
-        write_json_atomic(path, text.strip() + "\n", sync="file")
+        write_json_atomic(path, text.strip() + "\n", sync="file", own=1)
         sup.due, sup.reason = False, None
         sup.pending_redirect = text.strip()
         sup.redirect_step = run.state.steps + 1
@@ -1359,7 +1361,7 @@ def write_brief(run: Run) -> tuple[Path, str]:
         sup.briefs += 1
         text = supervisor_brief(run)
         path = run.paths.supervisor / f"brief-{sup.briefs:03d}.md"
-        write_json_atomic(path, text, sync="file")
+        write_json_atomic(path, text, sync="file", own=1)
         run.save()
         append_trajectory(run.paths, {"kind": "supervisor_brief", "step": run.state.steps + 1,
                                       "reason": sup.reason, "path": str(path.relative_to(run.paths.root))})

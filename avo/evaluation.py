@@ -24,7 +24,7 @@ from pathlib import Path
 from avo.contract import check_configs, count_results, failed, last_json_object, parse_object, scalar_of
 from avo.errors import AvoError
 from avo.models import EvalResult, TargetSpec
-from avo.regular_files import open_own
+from avo.regular_files import open_own, own_folder
 from avo.runner import ChildOutcome, run_child
 from avo.sandbox import Level
 
@@ -199,20 +199,24 @@ def _keep_logs(logs: Path, log_path: Path) -> None:
             # Renamed, never moved "into": shutil.move into a folder linked at ``dest`` (.avo/, say)
             # would put the candidate's file there under its own name (check.key, say).
             try:
-                os.replace(entry, dest)
+                folder = own_folder(dest.parent, 1)
+                try:
+                    os.replace(entry, dest.name, dst_dir_fd=folder)
+                finally:
+                    os.close(folder)
             except OSError as exc:
                 if exc.errno != errno.EXDEV:
                     raise AvoError(f"cannot keep the evaluator's log {entry.name} as {dest}: {exc}") from None
-                with open(entry, "rb") as src, os.fdopen(open_own(dest, append=False), "wb") as out:
+                with open(entry, "rb") as src, os.fdopen(open_own(dest, append=False, own=1), "wb") as out:
                     shutil.copyfileobj(src, out)
         else:
-            with open(entry, "rb") as src, os.fdopen(open_own(dest, append=False), "wb") as out:
+            with open(entry, "rb") as src, os.fdopen(open_own(dest, append=False, own=1), "wb") as out:
                 out.write(src.read(room))
                 out.write(f"\n[avo] cut at the {OUTPUT_CAP >> 20} MiB cap on kept logs ({size} bytes)\n".encode())
         room -= min(size, room)
         kept += 1
     if dropped:
-        with os.fdopen(open_own(log_path, append=True), "a", encoding="utf-8") as fh:
+        with os.fdopen(open_own(log_path, append=True, own=1), "a", encoding="utf-8") as fh:
             fh.write(f"[avo] {dropped} more file(s) in the evaluator's log folder were not kept "
                      f"(at most {KEPT_LOG_FILES} files and {OUTPUT_CAP >> 20} MiB)\n")
 

@@ -105,14 +105,13 @@ def run_job(job: EvalJob, private: Path, log_path: Path, *, pid_file: Path | Non
     from avo import evaluator_copy
     from avo.evaluation import evaluate_dir, measure_baselines
     from avo.host_cpu import cpu_class
+    from avo.regular_files import write_json_atomic
     from avo.sandbox import probe
-    from avo.state import write_json_atomic
 
     where = {"executor": executor, "node": node or socket.gethostname(), "accelerator": accelerator,
              "cpu": cpu_class()}
     label = f"{job.label}-{job.id[:8]}"
     snap = private / "eval" / label
-    log_path.parent.mkdir(parents=True, exist_ok=True)
     sandbox_works, why_not = probe() if job.sandbox == "bwrap" else (True, "")
     if not sandbox_works:  # this machine's fault, not the candidate's: nothing is measured or counted
         return JobResult(refused=f"the evaluation could not run on {where['node']}: this run evaluates in a "
@@ -120,7 +119,7 @@ def run_job(job: EvalJob, private: Path, log_path: Path, *, pid_file: Path | Non
     try:
         rt = _prepare_runtime(job, private, label)
     except (AvoError, OSError) as exc:
-        write_json_atomic(log_path, f"[avo] the job was refused on {where['node']}: {exc}\n", sync="none")
+        write_json_atomic(log_path, f"[avo] the job was refused on {where['node']}: {exc}\n", sync="none", own=1)
         return JobResult(refused=f"refused on {where['node']}: {exc}", **where)
     try:
         if job.baselines:

@@ -82,7 +82,7 @@ def load_references(folder: Path) -> HostReferences:
 def save_references(folder: Path, refs: HostReferences) -> Path:
     """Write ``hosts.json`` whole (a fresh temporary file put in place, never through a link: a
     crash leaves the old one)."""
-    from avo.state import write_json_atomic
+    from avo.regular_files import write_json_atomic
 
     path = folder / HOSTS_FILE
     write_json_atomic(path, refs.model_dump_json(indent=2) + "\n")

@@ -403,7 +403,7 @@ def _spawn(folder: Path, colony: ColonyState, name: str, config: EvolveConfig, p
     log = folder / name / "logs" / "colony-driver.log"  # a file, not a pipe: a full pipe would stall the child
     from avo.regular_files import open_own
 
-    with os.fdopen(open_own(log, append=True), "a", encoding="utf-8") as stderr:  # never through a link
+    with os.fdopen(open_own(log, append=True, own=1), "a", encoding="utf-8") as stderr:  # never through a link
         stderr.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd[2:])}\n")
         stderr.flush()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True,

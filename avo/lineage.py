@@ -40,7 +40,7 @@ from typing import IO
 
 from avo.errors import AvoError
 from avo.git_packs import MAX_OBJECT, Damaged, TooHard, object_id, packed_ids, read_packed
-from avo.regular_files import NotRegularFile, open_regular
+from avo.regular_files import NotRegularFile, open_regular, own_folder, own_subfolders, set_aside
 
 BRANCH = "main"
 META_DIR = ".avo"
@@ -629,19 +629,19 @@ def _write_file_atomic(path: Path, data: bytes, *, inside: Path | None = None) -
     os.replace(lock, path)
 
 
-def set_aside(path: Path) -> Path:
-    """Rename whatever is at ``path`` (a link the agent planted, a folder of links) to a fresh
-    ``NAME-found-XXXXXXXX`` beside it, never following it; where it went."""
-    aside = path.with_name(f"{path.name}-found-{uuid.uuid4().hex[:8]}")
-    os.rename(path, aside)
-    return aside
-
-
-def _fresh_folder(folder: Path) -> None:
-    """Create ``folder`` empty; whatever is already at its name is set aside first, not used."""
-    if os.path.lexists(folder):
-        set_aside(folder)
-    folder.mkdir(parents=True)
+def _fresh_folder(folder: Path) -> int:
+    """A descriptor of ``folder``, made empty: whatever is at its name is set aside first, and
+    its parent is reached as a folder of avo's own (``rejected/``: never through a link)."""
+    parent = own_folder(folder.parent, 1)
+    try:
+        try:
+            os.stat(folder.name, dir_fd=parent, follow_symlinks=False)
+            set_aside(folder.name, dir_fd=parent)
+        except FileNotFoundError:
+            pass
+        return own_subfolders(os.dup(parent), [folder.name], folder.parent)
+    finally:
+        os.close(parent)
 
 
 def _has_loose(objects: Path, sha: str) -> bool:
@@ -1252,21 +1252,27 @@ class Lineage:
         self.git("reset", "-q", "--hard", sha)
         left = self.git_bytes("ls-files", "-z", "--others", "--exclude-standard")
         moved: list[str] = []
-        for raw in filter(None, left.split(b"\0")):
-            rel = os.fsdecode(raw)
-            if not moved:
-                _fresh_folder(keep_into)
-            dest = keep_into / rel
-            try:
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                # Renamed to exactly that name, never moved "into" a folder, and only where no
-                # link leads out of the fresh folder (the agent names the files, and the folder).
-                if not Path(os.path.realpath(dest.parent)).is_relative_to(os.path.realpath(keep_into)):
-                    continue
-                os.rename(self.work / rel, dest)
-            except OSError:
-                continue  # gone meanwhile, or cannot be moved: left where it is, as git left it
-            moved.append(rel)
+        into: int | None = None
+        try:
+            for raw in filter(None, left.split(b"\0")):
+                rel = os.fsdecode(raw)
+                if into is None:
+                    into = _fresh_folder(keep_into)
+                *folders, name = rel.split("/")
+                # Renamed to exactly that name, never moved "into" a folder, in folders reached
+                # from the fresh one without following a link (the agent names them, and races).
+                try:
+                    at = own_subfolders(os.dup(into), folders, keep_into)
+                    try:
+                        os.rename(self.work / rel, name, dst_dir_fd=at)
+                    finally:
+                        os.close(at)
+                except (OSError, AvoError):
+                    continue  # gone meanwhile, or cannot be moved: left where it is, as git left it
+                moved.append(rel)
+        finally:
+            if into is not None:
+                os.close(into)
         return moved
 
     def _drop_reflogs(self) -> None:

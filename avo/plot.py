@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 from avo.contract import better, gain
 from avo.errors import AvoError
 from avo.prompts import config_order, fmt_number
-from avo.state import read_trajectory, write_json_atomic
+from avo.regular_files import write_json_atomic
+from avo.state import read_trajectory
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from avo.chain import RECOVERED, acknowledged, line_hash, parse, split_lines
+from avo.regular_files import write_json_atomic
 from avo.run_key import LineSignatures, first_line, read_verified, says_signed, signed
-from avo.state import RunPaths, RunState, Version, write_json_atomic
+from avo.state import RunPaths, RunState, Version
 from avo.terms_compare import terms_differences
 
 FORMAT = 1

@@ -20,7 +20,8 @@ from avo.contract import gain
 from avo.errors import AvoError
 from avo.numbers import display_digits, fmt_pct
 from avo.prompts import config_order
-from avo.state import read_trajectory, write_json_atomic
+from avo.regular_files import write_json_atomic
+from avo.state import read_trajectory
 
 if TYPE_CHECKING:
     from avo.engine import Run

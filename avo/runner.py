@@ -256,9 +256,9 @@ def run_child(
     With ``result_channel`` the child gets the write end of a private pipe as
     ``--result-fd N`` (appended to ``command``) and must send its one result object there;
     its stdout is then only a log. Otherwise the result is the last line of stdout.
-    Either way, more than one result object is a failed evaluation.
+    Either way, more than one result object is a failed evaluation. ``log_path`` is a file in
+    a folder of avo's own (a run's ``logs/``, reached without following a link).
     """
-    log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     group: dict[str, int] = {}
     command = list(command)
@@ -267,7 +267,7 @@ def run_child(
         result_r, result_w = os.pipe()
         command += ["--result-fd", str(result_w)]
     # The guard is up before the child exists, so no signal can slip in between.
-    with os.fdopen(open_own(log_path, append=True), "ab", buffering=0) as log, _terminate_with(group, pid_file):
+    with os.fdopen(open_own(log_path, append=True, own=1), "ab", buffering=0) as log, _terminate_with(group, pid_file):
         log.write(f"[avo] $ {' '.join(command)}\n[avo] cwd {cwd}\n".encode())
         try:
             proc = subprocess.Popen(
@@ -343,7 +343,7 @@ def run_child(
     stdout = out.text()
     payload = channel.text() if channel is not None else stdout
     if channel is not None and payload.strip():
-        with os.fdopen(open_own(log_path, append=True), "a", encoding="utf-8") as fh:
+        with os.fdopen(open_own(log_path, append=True, own=1), "a", encoding="utf-8") as fh:
             fh.write(f"[avo] result channel: {payload.strip()[:2000]}\n")
     if leaked:
         result = failed("a process other than the evaluator still holds its result channel after it ended; "

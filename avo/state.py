@@ -10,13 +10,12 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import secrets
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import from_json, to_json
@@ -24,7 +23,7 @@ from pydantic_core import from_json, to_json
 from avo.chain import ChainHead, acknowledged, line_hash, link_after, parse, split_lines
 from avo.errors import AvoError, BlockedError, validation_summary
 from avo.models import NoiseSpec, TargetSpec
-from avo.regular_files import NotRegularFile, open_own, open_regular
+from avo.regular_files import NotRegularFile, open_own, open_regular, write_json_atomic
 
 RUNS_ENV = "AVO_RUNS_DIR"
 
@@ -296,36 +295,6 @@ def validated(paths: RunPaths, state: RunState) -> RunState:
     if problem:
         raise AvoError(f"{paths.run_json} is corrupt: {problem}")
     return state
-
-
-def write_json_atomic(path: Path, data: str | bytes, *, sync: Literal["all", "file", "none"] = "all") -> None:
-    """Write-then-rename: a reader sees the old file or the new, never half.
-
-    ``sync``: what survives a power cut. "all" syncs the file and the rename; "file" only
-    the file (a lost rename leaves the previous file whole, for a write a later command can
-    redo); "none" neither (a cache that is rebuilt when it is missing or torn).
-    """
-    # A fresh name, created exclusively and never through a link: a name known in advance
-    # (the pid) could be planted as a symlink, and the write would land where it points.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data.encode() if isinstance(data, str) else data)
-            fh.flush()
-            if sync != "none":
-                os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    if sync != "all":
-        return
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 # run.json is written with an indent of 1 and the chain head as its last key, so the head
