@@ -163,3 +163,16 @@ def test_quick_screening_inside_a_full_run(toy: Path, runs_root: Path, core_plug
     assert "vs best v0" in out and "WARNING" not in out
     records = [json.loads(line) for line in (run / "trajectory.jsonl").read_text().splitlines()]
     assert [r.get("screening") for r in records if r.get("kind") == "eval" and r.get("id") != "seed"] == [True, True, False]
+
+
+def test_json_commands_say_why_there_is_no_result_as_json_on_stdout(tmp_path: Path, runs_root: Path,
+                                                                     core_plugins: None) -> None:
+    # A machine client reads stdout: before, an error left it empty (the message went to stderr only).
+    for args, named in ((["status", "--json", "--run", "no-such-run"], "no-such-run"),
+                        (["log", "--json", "--run", str(tmp_path / "missing")], "missing")):
+        result = CliRunner().invoke(app, args, catch_exceptions=False)
+        assert result.exit_code == 1, result.output
+        reply = json.loads(result.stdout)
+        assert reply["kind"] == "error" and reply["exit"] == 1 and named in reply["error"], reply
+    plain = CliRunner().invoke(app, ["status", "--run", "no-such-run"], catch_exceptions=False)
+    assert plain.exit_code == 1 and plain.stdout == ""  # without --json, stdout stays empty

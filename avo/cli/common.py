@@ -98,24 +98,31 @@ def shout(label: str, style: str, text: str) -> None:
 
 
 @contextmanager
-def user_errors() -> Iterator[None]:
-    """Print avo's errors as one clear message instead of a traceback."""
+def user_errors(json_out: bool = False) -> Iterator[None]:
+    """Print avo's errors as one clear message instead of a traceback; with ``json_out`` (a
+    command's ``--json``) also as one JSON object on stdout, ``{"error", "kind", "exit"}``, so
+    a machine client reading stdout learns why there is no result."""
     from avo.errors import AvoError, BlockedError
+
+    def fail(kind: str, label: str, style: str, text: str, code: int) -> typer.Exit:
+        shout(label, style, text)
+        if json_out:
+            print(json.dumps({"error": text, "kind": kind, "exit": code}), flush=True)
+        return typer.Exit(code)
 
     try:
         yield
     except BlockedError as exc:
-        shout("blocked:", "bold yellow", str(exc))
-        raise typer.Exit(EXIT_BLOCKED) from None
+        raise fail("blocked", "blocked:", "bold yellow", str(exc), EXIT_BLOCKED) from None
     except AvoError as exc:
-        shout("error:", "bold red", str(exc))
-        raise typer.Exit(EXIT_ERROR) from None
+        raise fail("error", "error:", "bold red", str(exc), EXIT_ERROR) from None
     except OSError as exc:  # a path that is missing, unwritable or not a folder
         where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
-        shout("error:", "bold red", f"{exc.strerror or exc}{where}")
-        raise typer.Exit(EXIT_ERROR) from None
+        raise fail("error", "error:", "bold red", f"{exc.strerror or exc}{where}", EXIT_ERROR) from None
     except KeyboardInterrupt:
         say("interrupted", err=True)
+        if json_out:
+            print(json.dumps({"error": "interrupted", "kind": "interrupted", "exit": 130}), flush=True)
         raise typer.Exit(130) from None
 
 

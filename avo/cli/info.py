@@ -58,7 +58,7 @@ def register(app: typer.Typer) -> None:
         """Installed targets (plugin targets and folders on $AVO_TARGET_PATH)."""
         from avo.plugins import announced_targets
 
-        with user_errors():
+        with user_errors(json_out):
             specs, conflicts = announced_targets()
             if json_out:
                 print_json([s.model_dump(mode="json") for s in specs])
@@ -78,7 +78,7 @@ def register(app: typer.Typer) -> None:
         """Installed agent backends for `avo evolve`, and whether each can run here."""
         from avo.plugins import announced_backends
 
-        with user_errors():
+        with user_errors(json_out):
             infos, conflicts = announced_backends()
             if json_out:
                 print_json([b.model_dump(mode="json") for b in infos])
@@ -101,7 +101,7 @@ def register(app: typer.Typer) -> None:
 
         from avo.plugins import plugin_records
 
-        with user_errors():
+        with user_errors(json_out):
             records = plugin_records()
             if json_out:
                 print_json([asdict(r) for r in records])

@@ -18,7 +18,7 @@ def register(app: typer.Typer) -> None:
         """
         from avo.engine import open_run, restore_record
 
-        with user_errors():
+        with user_errors(json_out):
             r = open_run(run, runs_root(runs_dir), check=False)
             notes = restore_record(r)
             best = r.state.best_version

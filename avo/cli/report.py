@@ -57,7 +57,7 @@ def register(app: typer.Typer) -> None:
         from avo.errors import AvoError
         from avo.plot import plot_run
 
-        with user_errors():
+        with user_errors(json_out):
             first = None
             if since is not None:
                 if not since.lstrip("v").isdigit():
@@ -89,7 +89,7 @@ def register(app: typer.Typer) -> None:
         from avo.engine import open_run
         from avo.report import write_report
 
-        with user_errors():
+        with user_errors(json_out):
             from avo.cli.colony import colony_ref
 
             colony = colony_ref(_pick(run_arg, run), runs_dir)

@@ -143,7 +143,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
         """
         from avo.engine import evaluate_work, open_run
 
-        with user_errors():
+        with user_errors(json_out):
             r = open_run(run, runs_root(runs_dir), check=False)  # evaluate_work checks it under the lock
             opts = key_values(executor_option, "--executor-option") if executor_option else None
             report = evaluate_work(r, quick=quick, executor=executor, executor_options=opts)
@@ -169,7 +169,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
         from avo.engine import open_run
         from avo.engine import submit as do_submit
 
-        with user_errors():
+        with user_errors(json_out):
             r = open_run(run, runs_root(runs_dir), check=False)  # submit checks it under the lock
             steps_before = r.state.steps
             try:
@@ -226,7 +226,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
         from avo.cli.colony import colony_ref
         from avo.engine import open_run
 
-        with user_errors():
+        with user_errors(json_out):
             colony = colony_ref(run, runs_dir)
             if colony is not None:
                 from avo.colony_view import colony_summary
@@ -268,7 +268,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
         from avo.prompts import LOG_ROWS, lineage_table
         from avo.state import read_trajectory
 
-        with user_errors():
+        with user_errors(json_out):
             colony = colony_ref(run, runs_dir)
             if colony is not None:
                 from avo.colony_view import colony_summary, log_lines
@@ -309,7 +309,7 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
         from avo.engine import all_runs
         from avo.partials import list_partials, remove_stale
 
-        with user_errors():
+        with user_errors(json_out):
             root = runs_root(runs_dir)
             removed = remove_stale(root) if clean else []
             states = all_runs(root)
