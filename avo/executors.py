@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import secrets
 import shutil
 import socket
 import tarfile
@@ -110,7 +111,9 @@ def run_job(job: EvalJob, private: Path, log_path: Path, *, pid_file: Path | Non
 
     where = {"executor": executor, "node": node or socket.gethostname(), "accelerator": accelerator,
              "cpu": cpu_class()}
-    label = f"{job.label}-{job.id[:8]}"
+    # A role-free name: the candidate sees its own path, and a label (`confirm0-best`) let a
+    # committed version tell it was being re-measured as the incumbent, and score low on purpose.
+    label = secrets.token_hex(8)
     snap = private / "eval" / label
     sandbox_works, why_not = probe() if job.sandbox == "bwrap" else (True, "")
     if not sandbox_works:  # this machine's fault, not the candidate's: nothing is measured or counted

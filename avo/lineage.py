@@ -40,7 +40,7 @@ from typing import IO
 
 from avo.errors import AvoError
 from avo.git_packs import MAX_OBJECT, Damaged, TooHard, object_id, packed_ids, read_packed
-from avo.regular_files import NotRegularFile, open_regular, own_folder, own_subfolders, set_aside
+from avo.regular_files import NotRegularFile, linked_on_the_way, open_regular, own_folder, own_subfolders, set_aside
 
 BRANCH = "main"
 META_DIR = ".avo"
@@ -344,7 +344,12 @@ _STORES: dict[str, tuple[tuple[int, int], _Objects]] = {}
 
 
 def _objects(git_dir: Path) -> _Objects:
-    """The cached store of ``git_dir``; a new one if the directory was replaced since."""
+    """The cached store of ``git_dir``; a new one if the directory was replaced since. A
+    repository that is a link, or in a folder that is one (``work/``, ``.avo/``), is refused:
+    avo's writes there would land where it leads."""
+    problem = linked_on_the_way(git_dir.parent.parent, git_dir)
+    if problem:
+        raise AvoError(f"{problem}: avo reads and writes a repository only in its own folder, never through a link")
     key = str(git_dir)
     try:
         ident = (os.stat(git_dir).st_ino, os.stat(git_dir / "objects").st_ino)
@@ -609,13 +614,16 @@ def _is_sha(value: str) -> bool:
 def _write_file_atomic(path: Path, data: bytes, *, inside: Path | None = None) -> None:
     """git's lock-file protocol: ``path.lock`` created exclusively, then renamed over ``path``.
 
-    ``inside``: the repository ``path`` belongs to; a folder on the way that leads out of it (a
-    ``refs/heads`` linked into avo's backup) is refused, or the write would land there.
+    ``inside``: the repository ``path`` belongs to; a link on the way from the folder that holds
+    it (a ``refs/heads`` linked into avo's backup, a ``work/`` or ``.avo/lineage.git`` linked
+    elsewhere) is refused, or the write would land where it leads.
     """
+    if inside is not None:
+        problem = linked_on_the_way(inside.parent.parent, path.parent)
+        if problem:
+            raise AvoError(f"{problem}: avo writes {path.name} only inside the repository {inside}, never "
+                           "through a link")
     path.parent.mkdir(parents=True, exist_ok=True)
-    if inside is not None and not Path(os.path.realpath(path.parent)).is_relative_to(os.path.realpath(inside)):
-        raise AvoError(f"{path.parent} leads out of the repository {inside} (a symlink on the way?): "
-                       f"avo writes {path.name} only inside it")
     lock = path.with_name(path.name + ".lock")
     try:
         fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -652,6 +660,14 @@ def _put(store: _Objects, objects: Path, sha: str, kind: str, data: bytes) -> No
     """Store an object copied from another repository, checking it arrives as the same id."""
     if not _has_loose(objects, sha) and store.write(kind, data) != sha:
         raise AvoError(f"object {sha[:12]} changed while it was copied")
+
+
+def set_branch(git_dir: Path, sha: str) -> None:
+    """Point ``git_dir``'s branch at ``sha`` (a commit it holds), forward or back: `avo recover`
+    moving avo's backup back past commits it does not adopt."""
+    if read_any(git_dir, sha) is None:
+        raise AvoError(f"{sha[:12]} is not in {git_dir}")
+    _write_file_atomic(git_dir / "refs" / "heads" / BRANCH, f"{sha}\n".encode(), inside=git_dir)
 
 
 def read_commits(git_dir: Path, tip: str) -> list[CommitInfo]:
@@ -895,6 +911,10 @@ class Lineage:
         # Name the repository outright: if an agent deletes work/.git, git must fail here
         # rather than find (and write into) a repository that holds the runs directory; if
         # it links work/.git elsewhere, git must not run at all.
+        linked = linked_on_the_way(self.work.parent, self.work)
+        if linked:  # its clean and reset would change whatever work/ leads to (.avo/, a folder of the user's)
+            raise AvoError(f"{linked}: avo runs git only in the run's own work/ folder, never through a link. "
+                           "Put the run's work/ folder back (the link was not followed)")
         foreign = foreign_git_dir(self.work)
         if foreign:
             raise ForeignGitDir(f"{foreign}; avo will not run git through it. The next avo command that "
@@ -1387,6 +1407,9 @@ class Lineage:
         against. Versions form one chain, so pushing the newest carries all of them; the push
         only fast-forwards, so no record (however edited) can take a version out of it.
         """
+        linked = linked_on_the_way(mirror.parent.parent, mirror)
+        if linked:  # git init and the copy would write wherever it leads
+            raise AvoError(f"{linked}: avo keeps its private backup only in its own folder, never through a link")
         if not (mirror / "HEAD").exists():
             env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
             subprocess.run(["git", "init", "-q", "--bare", "--template=", str(mirror)], env=env,

@@ -180,6 +180,10 @@ def _record_problems_elsewhere(state: RunState, records: list[dict[str, Any] | N
 
 
 def _counter_claim(r: dict[str, Any]) -> str:
+    if r.get("kind") == RECOVERED:
+        return f"versions {r.get('unrecorded_versions')} as recovered"
+    if r.get("kind") == "submit" and r.get("outcome") == "accepted":
+        return f"v{r.get('version')} accepted at {r.get('scalar')}"
     if r.get("kind") == "submit":
         return f"re-measurements of v{r.get('best_before')} {(r.get('confirm') or {}).get('best')}"
     return "the supervisor due" if r.get("kind") == "supervisor_due" else "an answer to the supervisor"
@@ -224,10 +228,12 @@ def trajectory_findings(paths: RunPaths, state: RunState, locked: bool, data: by
             continue
         if n in set_aside and set_aside[n] == line_hash(report.lines[n - 1]):
             continue
-        if not Fold.may_count(r, report.lines[n - 1], signatures):
+        unsigned = not Fold.may_count(r, report.lines[n - 1], signatures)
+        if unsigned:
             found.lines[n] = (f"records {_counter_claim(r)}, but avo did not sign it (a line written by hand: "
                               "it does not count)")
-            continue
+            if not (r.get("kind") == "submit" and r.get("outcome") == "accepted"):
+                continue  # an accepted submit is checked on: what it claims is named if it disagrees
         if r.get("kind") == RECOVERED:
             excused.update(x for x in r.get("unrecorded_versions") or [] if isinstance(x, int))
         beyond = n > head
@@ -254,7 +260,8 @@ def trajectory_findings(paths: RunPaths, state: RunState, locked: bool, data: by
         if diffs:
             found.lines[n] = f"records v{k} with {'; '.join(diffs)} (trajectory vs run.json)"
             continue
-        accepted[k] = n
+        if not unsigned:
+            accepted[k] = n
     found.unrecorded = [v.n for v in versions[1:] if v.n not in accepted and v.n not in excused
                         and not (v is versions[-1] and _commits(in_flight, v))]
     if state.steps < max_step:

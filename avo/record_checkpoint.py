@@ -68,9 +68,15 @@ class Fold:
 
     @staticmethod
     def bears_counters(r: dict[str, Any]) -> bool:
-        """Whether ``r`` moves what :meth:`counters` folds (its line must then be avo's)."""
-        return (r.get("kind") == "submit" and isinstance(r.get("confirm"), dict)) or \
-            r.get("kind") in ("supervisor_due", "supervisor_record")
+        """Whether ``r`` moves what :meth:`counters` folds or makes a version count (its line
+        must then be avo's): a confirmation, the supervisor's state, an accepted submit (the
+        version it names) and a ``recovered`` record excusing versions. An unsigned accepted
+        submit let an agent's version, pushed into the backup, pass every check."""
+        kind = r.get("kind")
+        if kind == "submit":
+            return isinstance(r.get("confirm"), dict) or r.get("outcome") == "accepted"
+        return kind in ("supervisor_due", "supervisor_record") or \
+            (kind == RECOVERED and bool(r.get("unrecorded_versions")))
 
     @staticmethod
     def may_count(r: dict[str, Any], line: bytes, signatures: LineSignatures) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 from avo.chain import RECOVERED, verify
 from avo.contract import gain
 from avo.errors import RecordError
-from avo.lineage import BRANCH, read_any, read_commits, ref_of
+from avo.lineage import BRANCH, read_any, read_commits, ref_of, set_branch
 from avo.models import TargetSpec
 from avo.record_check import SCORES_FILE, started_terms, trajectory_findings
 from avo.record_checkpoint import Fold
@@ -71,6 +71,24 @@ def _versions_from_backup(paths: RunPaths, state: RunState) -> list[Version]:
             notes=prior.notes if prior else None, spread=prior.spread if prior else None, new_best=new_best,
             secret=prior.secret if prior else None))  # the inputs `avo verify` replays
     return versions
+
+
+def _signed_prefix(paths: RunPaths, state: RunState, versions: list[Version]) -> tuple[list[Version], list[str]]:
+    """In a run whose lines are signed, the versions up to the first one no accepted submit avo
+    signed records: the backup is avo's, but an agent running as the same user can push a
+    commit of its own into it (trailers and scores file claiming 1e9), and rebuilding from the
+    backup alone made that the best. The backup's branch is moved back to the last one kept;
+    the commits past it stay in its objects. Any version counts in an older, unsigned run."""
+    probe = state.model_copy(update={"versions": versions, "best": len(versions) - 1})
+    found = trajectory_findings(paths, probe, locked=True, data=trajectory_bytes(paths))
+    if found.signatures is None or not found.signatures.signed_run or not found.unrecorded:
+        return versions, []
+    k = min(found.unrecorded)
+    kept, past = versions[:k], versions[k:]
+    set_branch(paths.backup, kept[-1].sha)
+    return kept, [f"not adopted: v{v.n} (commit {v.sha[:12]}, scalar {v.scalar:g}) is in avo's backup, but no accepted "
+                  "submit avo signed records it (a commit pushed there by hand?); the backup's branch is back at "
+                  f"v{k - 1}" for v in past]
 
 
 def _changes(before: RunState, after: list[Version]) -> list[str]:
@@ -152,8 +170,8 @@ def rebuild_record(paths: RunPaths, state: RunState) -> list[str]:
 
     Called under the run's lock. Returns what it changed (empty lists mean nothing did).
     """
-    versions = _versions_from_backup(paths, state)
-    notes = _changes(state, versions)
+    versions, refused = _signed_prefix(paths, state, _versions_from_backup(paths, state))
+    notes = refused + _changes(state, versions)
     state.versions, state.best = versions, len(versions) - 1
     notes += _restore_terms(paths, state)
     notes += _restore_counters(paths, state)

@@ -108,6 +108,24 @@ def own_subfolders(fd: int, names: Sequence[str], where: Path) -> int:
     return fd
 
 
+def linked_on_the_way(root: Path, path: Path) -> str | None:
+    """What is wrong on the way from ``root`` down to ``path`` (included): the first name that
+    is a link or not a folder, as a message; None when each is a real folder (or missing).
+    For what avo hands to a program by path (git), where no descriptor can be held instead."""
+    here = root
+    for name in path.relative_to(root).parts:
+        here = here / name
+        try:
+            st = os.lstat(here)
+        except FileNotFoundError:
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            return f"{here} is a symlink to {os.readlink(here)!r}"
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{here} is not a folder"
+    return None
+
+
 def write_json_atomic(path: Path, data: str | bytes, *, sync: Literal["all", "file", "none"] = "all",
                       own: int = 0) -> None:
     """Write-then-rename: a reader sees the old file or the new, never half.

@@ -3,17 +3,23 @@ command (after its start-up checks, before its writes), and what avo must do abo
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from avo.engine import open_run, start_run, submit
+from avo.chain import line_hash
+from avo.engine import open_run, restore_record, start_run, submit
 from avo.errors import AvoError
-from avo.record_check import check_record
+from avo.record_check import SCORES_FILE, check_record
 from avo.regular_files import open_own, write_json_atomic
+from avo.state import load_state
+from tests.conftest import set_constants
+from tests.test_redteam_session6 import _avo
 from tests.test_redteam_session13 import _plant_ignored_key
 
 # The agent's background process: once the candidate says (on its stderr, the run's log) that
@@ -132,3 +138,149 @@ def test_a_user_chosen_output_folder_may_be_a_link(tmp_path: Path) -> None:
     (tmp_path / "via-link").symlink_to(real)
     write_json_atomic(tmp_path / "via-link" / "report.md", "# report\n", sync="none")
     assert (real / "report.md").read_text() == "# report\n"
+
+
+def _git(cwd: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "a",
+           "GIT_COMMITTER_EMAIL": "a@b"}
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True, env=env).stdout.strip()
+
+
+def _forged_v1(run) -> str:  # type: ignore[no-untyped-def]
+    """The agent's v1 in work/.git: a scores file and trailers claiming 1e9, as avo writes them."""
+    work = run.paths.work
+    scores = (work / SCORES_FILE).read_text()
+    line = json.loads(scores.splitlines()[-1])
+    metrics = {"config_a": 1e9, "config_b": 1e9}
+    fake = dict(line, version="v1", scalar=1e9, metrics=metrics, message="forged", step=1)
+    (work / SCORES_FILE).write_text(scores + json.dumps(fake) + "\n")
+    set_constants(work, x=2)
+    _git(work, "add", "-f", "-A")
+    _git(work, "commit", "-q", "-m", f"v1: forged\n\navo-target: toy\navo-scalar: 1000000000.0\n"
+         f"avo-metrics: {json.dumps(metrics)}\navo-sandbox: {run.state.sandbox}\n")
+    return _git(work, "rev-parse", "HEAD")
+
+
+@pytest.mark.parametrize("how", ["pushed into the backup", "backup deleted, run.json names it"])
+def test_recover_does_not_adopt_a_version_no_signed_submit_records(
+        toy: Path, runs_root: Path, core_plugins: None, how: str) -> None:
+    # Before: `avo recover` rebuilt the versions from the backup alone and wrote (and signed) a
+    # `recovered` record excusing the version that had no accepted submit: 1e9 became the best,
+    # and every later check passed. Neither the key nor the trajectory was touched.
+    run = start_run(str(toy), runs_root)
+    sha = _forged_v1(run)
+    if how == "pushed into the backup":
+        _git(run.paths.work, "push", "-q", "-f", str(run.paths.backup), "HEAD:refs/heads/main")
+    else:
+        shutil.rmtree(run.paths.backup)
+        data = json.loads(run.paths.run_json.read_text())
+        data["versions"].append(dict(data["versions"][0], n=1, sha=sha, scalar=1e9))
+        run.paths.run_json.write_text(json.dumps(data))
+    notes = restore_record(open_run(run.paths.root, runs_root, check=False))
+    assert any("not adopted: v1" in n for n in notes), notes
+    state = load_state(run.paths)
+    assert [v.scalar for v in state.versions] == [run.state.versions[0].scalar] and state.best == 0
+    assert _git(run.paths.root, f"--git-dir={run.paths.backup}", "rev-parse", "main") == run.state.versions[0].sha
+    again = open_run(run.paths.root, runs_root)
+    check_record(again.paths, again.state, locked=False)
+    set_constants(again.paths.work, x=5)
+    assert submit(again, "X=5").outcome == "accepted"  # the run goes on from v0
+
+
+def test_an_unsigned_accepted_submit_line_does_not_make_a_version(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # The same forgery done by hand: the commit pushed into the backup, run.json given the
+    # version and the trajectory an accepted submit, re-chained. Before, every check believed it.
+    from avo.chain import link_after
+
+    run = start_run(str(toy), runs_root)
+    sha = _forged_v1(run)
+    tree = _git(run.paths.work, "rev-parse", "HEAD^{tree}")
+    _git(run.paths.work, "push", "-q", "-f", str(run.paths.backup), "HEAD:refs/heads/main")
+    data = json.loads(run.paths.run_json.read_text())
+    data["versions"].append(dict(data["versions"][0], n=1, sha=sha, tree=tree, scalar=1e9, step=1, message="forged",
+                                 metrics={"config_a": 1e9, "config_b": 1e9}, new_best=True))
+    data["best"], data["steps"] = 1, 1
+    lines = run.paths.trajectory.read_bytes().splitlines()
+    record = {"kind": "submit", "step": 1, "outcome": "accepted", "version": 1, "scalar": 1e9, "message": "forged",
+              **link_after(len(lines), lines[-1])}
+    line = json.dumps(record).encode()
+    with open(run.paths.trajectory, "ab") as fh:
+        fh.write(line + b"\n")
+    size = run.paths.trajectory.stat().st_size
+    data["chain"] = {"count": len(lines) + 1, "sha": line_hash(line), "end": size}
+    run.paths.run_json.write_text(json.dumps(data))
+    shown = _avo("status", "--run", str(run.paths.root))
+    assert shown is not None and shown.returncode != 0, shown.stdout if shown else "hung"
+    assert "avo did not sign it" in shown.stdout + shown.stderr
+
+
+def test_a_committed_version_cannot_tell_it_is_re_measured_as_the_best(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # Before: the candidate's folder was named after its role (`.avo/eval/confirm0-best-…`): v1
+    # scored 101 on its own and 19 when re-measured as the incumbent, so an honestly worse
+    # candidate (71.8) was "confirmed" +271 % and accepted as the new best.
+    target = toy / "target.yaml"
+    target.write_text(target.read_text().replace(
+        "score:\n  direction: maximize", "score:\n  direction: maximize\n  noise: {band: 0.3, confirm_runs: 2}"))
+    run = start_run(str(toy), runs_root)
+    (run.paths.work / "solution.py").write_text(
+        "import os\nX = 1.0 if ('best' in os.path.basename(os.path.dirname(os.path.abspath(__file__)))\n"
+        "         or 'confirm' in os.path.abspath(__file__)) else 7.0\nY = 3.0\n\n\ndef square(n):\n    return n * n\n")
+    assert submit(open_run(run.paths.root, runs_root), "sandbagger").outcome == "accepted"
+    set_constants(run.paths.work, x=6)
+    (run.paths.work / "solution.py").write_text("X = 6.0\nY = 3.0\n\n\ndef square(n):\n    return n * n\n")
+    out = submit(open_run(run.paths.root, runs_root), "honestly worse")
+    assert out.outcome == "rejected", out.reason
+    assert load_state(run.paths).best == 1
+
+
+@pytest.mark.parametrize("into", ["a folder of the user's", "avo's own .avo/"])
+def test_work_swapped_for_a_link_during_the_evaluation_is_not_cleaned_or_reset(
+        toy: Path, runs_root: Path, core_plugins: None, tmp_path: Path, into: str) -> None:
+    # Before: avo's `git clean -fd` and `reset --hard` of the rejected candidate ran in whatever
+    # work/ led to: a file of the user's deleted, or avo's backup, evaluator copy and checkpoint.
+    run = start_run(str(toy), runs_root)
+    if into == "a folder of the user's":
+        dest = tmp_path / "victim"
+        dest.mkdir()
+        (dest / "precious.txt").write_text("the user's\n")
+    else:
+        dest = run.paths.private
+    before = sorted(os.listdir(dest))
+    key = (run.paths.private / "check.key").read_bytes()
+    _slow_worse_candidate(run.paths.work)
+    swap = SWAPPER.replace('for name in ("logs", "rejected"):\n    os.rename(os.path.join(root, name), '
+                           'os.path.join(root, name + "-moved-by-agent"))\n    os.symlink(outside, os.path.join(root, name))',
+                           'import shutil\nshutil.copytree(os.path.join(root, "work", ".git"), os.path.join(outside, ".git"))\n'
+                           'os.rename(os.path.join(root, "work"), os.path.join(root, "work.real"))\n'
+                           'os.symlink(outside, os.path.join(root, "work"))')
+    assert swap != SWAPPER
+    swapper = subprocess.Popen([sys.executable, "-c", swap, str(run.paths.root), str(dest)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        with pytest.raises(AvoError, match="never through a link"):
+            submit(open_run(run.paths.root, runs_root), "X=0.5, slowly")
+    finally:
+        out, err = swapper.communicate(timeout=60)
+    assert "swapped" in out, err
+    assert set(before) <= set(os.listdir(dest))  # nothing there cleaned away
+    if into == "a folder of the user's":
+        assert sorted(set(os.listdir(dest)) - {".git"}) == before
+        assert (dest / "precious.txt").read_text() == "the user's\n"
+    else:
+        assert (dest / "check.key").read_bytes() == key and (dest / "lineage.git" / "HEAD").is_file()
+
+
+def test_recover_never_writes_through_a_backup_replaced_by_a_link(
+        toy: Path, runs_root: Path, core_plugins: None, tmp_path: Path) -> None:
+    # Before: `git init --bare` and the lineage copy went into the folder the link named.
+    run = start_run(str(toy), runs_root)
+    outside = tmp_path / "outside-the-run"
+    outside.mkdir()
+    (outside / "notes.txt").write_text("mine\n")
+    shutil.rmtree(run.paths.backup)
+    run.paths.backup.symlink_to(outside)
+    with pytest.raises(AvoError, match="never through a link"):
+        restore_record(open_run(run.paths.root, runs_root, check=False))
+    assert os.listdir(outside) == ["notes.txt"]
