@@ -34,7 +34,7 @@ from avo.partials import builds_partials
 from avo.policy import confirm, first_look, single_decision
 from avo.prompts import fmt_number
 from avo.record_check import check_record
-from avo.record_format import scores_file, scores_line, terms, terms_digest, trailer_lines
+from avo.record_format import clean_message, scores_file, scores_line, terms, terms_digest, trailer_lines
 from avo.regular_files import regain_folder, write_json_atomic
 from avo.state import (
     Baseline,
@@ -1097,6 +1097,7 @@ def submit(
     say = progress or (lambda line: None)
     if not message.strip():
         raise AvoError("the message is empty; say what changed and why (it becomes the commit message)")
+    message = clean_message(message)
     with run_lock(run.paths):
         run.state = _locked_state(run)
         notes = recover(run)
@@ -1306,7 +1307,7 @@ def revert(run: Run, message: str | None = None) -> Path | None:
         diff = run.lineage.diff(best.sha, tree)
         path = None
         step = run.state.steps + 1
-        note = (message or "").strip()
+        note = clean_message(message or "").strip()
         if diff.strip():
             stamp = time.strftime("%Y%m%d-%H%M%S")
             path = run.paths.rejected / f"reverted-{stamp}-step{step:04d}.diff"

@@ -10,6 +10,7 @@ for a deterministic target, within the declared noise band otherwise.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import stat
 import subprocess
@@ -22,8 +23,9 @@ from typing import TYPE_CHECKING
 from avo.contract import gain
 from avo.errors import AvoError
 from avo.eval_inputs import strip_meta
-from avo.lineage import Lineage
+from avo.lineage import BRANCH, Lineage
 from avo.record_format import parse_trailers
+from avo.regular_files import set_aside
 from avo.state import RunPaths, RunState, Version, parse_state, run_json_bytes
 
 if TYPE_CHECKING:
@@ -41,10 +43,18 @@ def export_run(run: object, dest: Path, *, plot: bool = True) -> list[Path]:
     from avo.engine import Run
 
     assert isinstance(run, Run)
+    _refuse_overlap(run.paths.root, dest)
     dest.mkdir(parents=True, exist_ok=True)
     written = []
     bundle = dest / BUNDLE
-    run.lineage.git("bundle", "create", str(bundle.resolve()), "--all")
+    # Under a fresh name, renamed into place: git's lock file follows a link planted at the name.
+    # The lineage only (main and the version tags), not whatever other refs the agent made.
+    tmp = dest / f".{BUNDLE}.{secrets.token_hex(6)}.tmp"
+    try:
+        run.lineage.git("bundle", "create", str(tmp.resolve()), BRANCH, "--tags=v[0-9]*")
+        os.replace(tmp, bundle)
+    finally:
+        tmp.unlink(missing_ok=True)
     written.append(bundle)
     for name in COPIED:
         if (run.paths.root / name).exists():
@@ -53,9 +63,12 @@ def export_run(run: object, dest: Path, *, plot: bool = True) -> list[Path]:
     for name in COPIED_DIRS:
         folder = run.paths.root / name
         if folder.is_dir() and not folder.is_symlink():
-            shutil.rmtree(dest / name, ignore_errors=True)
-            shutil.copytree(folder, dest / name, symlinks=True, ignore=_not_record)
-            written.append(dest / name)
+            there = dest / name
+            if there.is_symlink() or (os.path.lexists(there) and not there.is_dir()):
+                set_aside(there)  # a link planted in the destination is not written through
+            shutil.rmtree(there, ignore_errors=True)
+            shutil.copytree(folder, there, symlinks=True, ignore=_not_record)
+            written.append(there)
     if plot:
         from avo.plot import plot_run
         from avo.report import write_report
@@ -65,23 +78,42 @@ def export_run(run: object, dest: Path, *, plot: bool = True) -> list[Path]:
     return written
 
 
+def _refuse_overlap(root: Path, dest: Path) -> None:
+    """An export into the run (or into a folder holding it) would replace what it copies from."""
+    here, there = root.resolve(), dest.resolve()
+    if there == here or there.is_relative_to(here) or here.is_relative_to(there):
+        how = "is" if there == here else "holds" if here.is_relative_to(there) else "is inside"
+        raise AvoError(f"cannot export into {dest}: it {how} the run {root}; name a folder outside it "
+                       "(nothing was written)")
+
+
+MAX_EXPORTED_FILE = 64 << 20  # of a file in rejected/ or supervisor/: a sparse one can claim terabytes
+
+
 def copy_record_file(src: Path, dst: Path) -> None:
-    """Copy one record file, never through a link (a link there could ship avo's key)."""
-    from avo.regular_files import open_regular
+    """Copy one record file, never through a link at either end: a link at ``src`` (or a second
+    name, a hard link to avo's key) is refused, and one planted at ``dst`` is replaced."""
+    from avo.regular_files import open_regular, write_json_atomic
 
     with os.fdopen(open_regular(src, follow_links=False, why="not exported"), "rb") as fh:
-        dst.write_bytes(fh.read())
+        if os.fstat(fh.fileno()).st_nlink > 1:
+            raise AvoError(f"{src} has a second name (a hard link to another file); it is not exported. "
+                           "Copy its text into a file of its own and export again")
+        data = fh.read()
+    write_json_atomic(dst, data, sync="none")
 
 
 def _not_record(folder: str, names: list[str]) -> set[str]:
     """What an export leaves out of rejected/ and supervisor/: links (the agent's, into .avo/
-    say, whose target would be shipped) and anything not a plain file or folder; and the files a
+    say, whose target would be shipped), files with a second name (a hard link to the key),
+    files over :data:`MAX_EXPORTED_FILE` and anything not a plain file or folder; and the files a
     discarded candidate's own .gitignore ignored (build output, data: the agent's working files,
     kept in the run; the export is the record)."""
     out = set()
     for name in names:
         st = os.lstat(os.path.join(folder, name))
-        if name.endswith("-ignored-files") or not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+        regular = stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_size <= MAX_EXPORTED_FILE
+        if name.endswith("-ignored-files") or not (regular or stat.S_ISDIR(st.st_mode)):
             out.add(name)
     return out
 

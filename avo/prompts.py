@@ -21,6 +21,7 @@ MAX_CONFIG_COLUMNS = 8
 MAX_LINEAGE_ROWS = 12
 LOG_ROWS = 50  # `avo log` without --all: v0 and the newest 49
 MAX_REJECTED = 5
+MAX_NOTES_BYTES = 1 << 20
 MAX_NOTES_LINES = 60
 
 
@@ -150,10 +151,12 @@ def _baselines(state: RunState) -> str:
 
 
 def _notes(run: Run) -> str:
-    try:
-        lines = run.paths.notes.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
+    from avo.regular_files import read_text_of
+
+    text = read_text_of(run.paths.notes, MAX_NOTES_BYTES)  # the agent's file: a pipe or bad UTF-8 stalled every prompt
+    if text is None:
         return "(missing)"
+    lines = text.splitlines()
     if len(lines) > MAX_NOTES_LINES:
         return "\n".join(lines[:MAX_NOTES_LINES]) + f"\n… ({len(lines) - MAX_NOTES_LINES} more lines in NOTES.md)"
     return "\n".join(lines)

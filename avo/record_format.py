@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,17 @@ if TYPE_CHECKING:
     from avo.state import RunState, Version
 
 SCALAR, METRICS, TARGET, TERMS, SANDBOX = "avo-scalar", "avo-metrics", "avo-target", "avo-terms", "avo-sandbox"
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def clean_message(text: str) -> str:
+    """A message as the record keeps it: control characters other than newline and tab shown
+    as ``\\xNN``. A raw ESC or CR in a message is replayed by every terminal that shows it
+    (``avo status``, ``avo log``, ``avo evolve``'s lines): "rejected" redrawn as "accepted
+    (new best) 1e9", or the terminal's title set."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def scores_line(v: Version) -> str:

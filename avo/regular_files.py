@@ -42,6 +42,27 @@ def open_regular(path: Path | str | bytes, *, follow_links: bool = True, why: st
     return fd
 
 
+def read_text_of(path: Path, cap: int) -> str | None:
+    """The text of a file the agent can write (``NOTES.md``, a brief, an archived diff) as avo
+    shows it: at most ``cap`` bytes (a sparse file can claim terabytes), undecodable bytes
+    replaced, and never through a link, a second name (a hard link to avo's key, shipped in a
+    report), a pipe or a device (read forever): for those, a note saying why it is not shown.
+    None when nothing is there."""
+    try:
+        fd = open_regular(path, follow_links=False, why="not shown")
+    except FileNotFoundError:
+        return None
+    except (OSError, NotRegularFile) as exc:
+        why = "a symlink" if os.path.islink(path) else "not a regular file"
+        return f"({path.name} is {why}: not shown; {getattr(exc, 'strerror', None) or 'avo reads only its own files'})"
+    with os.fdopen(fd, "rb") as fh:
+        if os.fstat(fh.fileno()).st_nlink > 1:
+            return f"({path.name} has a second name (a hard link): not shown)"
+        data = fh.read(cap + 1)
+    text = data[:cap].decode("utf-8", "replace")
+    return text + f"\n… (cut at {cap:,} bytes)" if len(data) > cap else text
+
+
 def set_aside(path: Path | str, *, dir_fd: int | None = None) -> str:
     """Rename whatever is at ``path`` (a link the agent planted, a folder of links) to a fresh
     ``NAME-found-XXXXXXXX`` beside it, never following it; the new name (a path unless

@@ -20,13 +20,14 @@ from avo.contract import gain
 from avo.errors import AvoError
 from avo.numbers import display_digits, fmt_pct
 from avo.prompts import config_order
-from avo.regular_files import write_json_atomic
+from avo.regular_files import read_text_of, write_json_atomic
 from avo.state import read_trajectory
 
 if TYPE_CHECKING:
     from avo.engine import Run
 
 MAX_DIFF_CHARS = 200_000  # per diff; a generated file can make a diff enormous
+MAX_TEXT_BYTES = 1 << 20  # of NOTES.md and of each supervisor file
 
 SECTIONS = ("summary", "trajectory", "lineage", "versions", "attempts", "supervisor", "baselines", "notes")
 
@@ -175,10 +176,13 @@ def _versions(run: Run) -> str:
 def _archived(run: Run, rel: Any) -> str:
     if not rel:
         return '<p class="muted">(no archived diff)</p>'
-    path = (run.paths.root / str(rel)).resolve()
-    if not path.is_relative_to(run.paths.root) or not path.is_file():
+    name = Path(str(rel))
+    # Only a file directly in rejected/ (a record line names it: the agent can write one).
+    text = read_text_of(run.paths.root / name, 4 * MAX_DIFF_CHARS) \
+        if name.parent == Path("rejected") and name.name not in ("", ".", "..") else None
+    if text is None:
         return f'<p class="muted">archived diff {_e(rel)} is missing</p>'
-    diff = _diff_html(path.read_text("utf-8", "replace"))
+    diff = _diff_html(text)
     return f"<details><summary>archived diff {_e(rel)}</summary>{diff}</details>"
 
 
@@ -215,13 +219,14 @@ def _attempts(run: Run, records: list[dict[str, Any]]) -> str:
 
 def _supervisor(run: Run) -> str:
     parts = ['<section id="supervisor"><h2>Supervisor</h2>']
-    files = sorted(run.paths.supervisor.glob("*.md")) if run.paths.supervisor.is_dir() else []
+    folder = run.paths.supervisor
+    files = sorted(folder.glob("*.md")) if folder.is_dir() and not folder.is_symlink() else []
     if not files:
         parts.append('<p class="muted">the supervisor was never called.</p>')
     for f in files:
         kind = "redirect" if f.name.startswith("redirect") else "brief"
         parts.append(f"<details{' open' if kind == 'redirect' else ''}><summary>{_e(kind)}: {_e(f.name)}</summary>"
-                     f"<pre>{_e(f.read_text('utf-8', 'replace'))}</pre></details>")
+                     f"<pre>{_e(read_text_of(f, MAX_TEXT_BYTES) or '')}</pre></details>")
     parts.append("</section>")
     return "".join(parts)
 
@@ -241,7 +246,7 @@ def _baselines(run: Run) -> str:
 
 
 def _notes(run: Run) -> str:
-    text = run.paths.notes.read_text("utf-8", "replace") if run.paths.notes.is_file() else "(no NOTES.md)"
+    text = read_text_of(run.paths.notes, MAX_TEXT_BYTES) or "(no NOTES.md)"
     return f'<section id="notes"><h2>NOTES.md</h2><pre>{_e(text)}</pre></section>'
 
 

@@ -284,3 +284,144 @@ def test_recover_never_writes_through_a_backup_replaced_by_a_link(
     with pytest.raises(AvoError, match="never through a link"):
         restore_record(open_run(run.paths.root, runs_root, check=False))
     assert os.listdir(outside) == ["notes.txt"]
+
+
+def _run_with_a_rejection(toy: Path, runs_root: Path):  # type: ignore[no-untyped-def]
+    run = start_run(str(toy), runs_root)
+    set_constants(run.paths.work, x=0)
+    assert submit(open_run(run.paths.root, runs_root), "worse").outcome == "rejected"
+    return open_run(run.paths.root, runs_root)
+
+
+def test_an_export_never_writes_through_links_planted_in_its_destination(
+        toy: Path, runs_root: Path, core_plugins: None, tmp_path: Path) -> None:
+    # Before: DEST/NOTES.md -> a file outside had the agent's NOTES.md written into it, DEST/
+    # lineage.bundle -> another was overwritten by git's lock file, and DEST/run.json ->
+    # <run>/.avo/check.key replaced the run's key with run.json's text.
+    from avo.examples import export_run
+
+    run = _run_with_a_rejection(toy, runs_root)
+    run.paths.notes.write_text("the agent's text\n")
+    dest = tmp_path / "share"
+    dest.mkdir()
+    victims = {name: tmp_path / f"victim-{name}" for name in ("NOTES.md", "lineage.bundle")}
+    for name, victim in victims.items():
+        victim.write_text("the user's\n")
+        (dest / name).symlink_to(victim)
+    key = run.paths.private / "check.key"
+    before = key.read_bytes()
+    (dest / "run.json").symlink_to(key)
+    (dest / "rejected").symlink_to(run.paths.private)
+    export_run(run, dest, plot=False)
+    assert key.read_bytes() == before
+    assert all(v.read_text() == "the user's\n" for v in victims.values())
+    for name in ("NOTES.md", "lineage.bundle", "run.json", "rejected"):
+        assert not (dest / name).is_symlink(), name
+    assert (dest / "NOTES.md").read_text() == "the agent's text\n"
+    assert (dest / "rejected" / "step0001-rejected.diff").is_file()
+    assert not any((run.paths.private / n).name.startswith("step") for n in os.listdir(run.paths.private))
+
+
+def test_an_export_and_a_report_show_nothing_a_link_or_second_name_leads_to(
+        toy: Path, runs_root: Path, core_plugins: None, tmp_path: Path) -> None:
+    # Before: a hard link of the key in rejected/ was shipped byte for byte, and a rejected diff,
+    # a brief or NOTES.md replaced by a symlink to the key put the key's bytes into report.html.
+    from avo.examples import export_run
+    from avo.report import build_report
+
+    run = _run_with_a_rejection(toy, runs_root)
+    key = run.paths.private / "check.key"
+    os.link(key, run.paths.rejected / "planted.diff")
+    diff = run.paths.rejected / "step0001-rejected.diff"
+    diff.unlink()
+    diff.symlink_to(key)
+    run.paths.supervisor.mkdir(exist_ok=True)
+    (run.paths.supervisor / "brief-999.md").symlink_to(key)
+    run.paths.notes.unlink(missing_ok=True)
+    os.link(key, run.paths.notes)
+    secret = key.read_bytes()
+    with pytest.raises(AvoError, match="second name"):
+        export_run(run, tmp_path / "out", plot=False)
+    run.paths.notes.unlink()
+    export_run(run, tmp_path / "out", plot=False)
+    shipped = [p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()]
+    assert secret not in shipped and not (tmp_path / "out" / "rejected" / "planted.diff").exists()
+    page = build_report(run, plot=False)
+    assert secret.hex() not in page and secret.decode("latin-1") not in page
+    assert "brief-999.md is a symlink: not shown" in page
+
+
+@pytest.mark.parametrize("notes", ["bad utf-8", "fifo"])
+def test_the_prompt_and_the_report_read_the_agent_s_files_without_stalling(
+        toy: Path, runs_root: Path, core_plugins: None, notes: str) -> None:
+    # Before: one latin-1 byte in NOTES.md crashed `avo prompt` (and MCP avo_next_step) with a
+    # UnicodeDecodeError, a FIFO there hung it, and a brief pointing at /dev/zero or a sparse
+    # 1 GiB archived diff ran `avo report` out of memory.
+    from avo.prompts import variation_prompt
+    from avo.report import build_report
+
+    run = _run_with_a_rejection(toy, runs_root)
+    if notes == "bad utf-8":
+        run.paths.notes.write_bytes(b"caf\xe9 au lait\n")
+    elif notes == "fifo":
+        run.paths.notes.unlink(missing_ok=True)
+        os.mkfifo(run.paths.notes)
+        (run.paths.supervisor / "brief-x.md").parent.mkdir(exist_ok=True)
+        os.mkfifo(run.paths.supervisor / "brief-x.md")
+    prompt = variation_prompt(run)
+    page = build_report(run, plot=False)
+    if notes == "bad utf-8":
+        assert "caf\ufffd au lait" in prompt and "caf\ufffd au lait" in page
+    elif notes == "fifo":
+        assert "NOTES.md is not a regular file: not shown" in prompt
+        assert "brief-x.md is not a regular file: not shown" in page
+
+
+REPORT_UNDER_A_MEMORY_LIMIT = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+from pathlib import Path
+from avo.engine import open_run
+from avo.report import build_report
+page = build_report(open_run(Path(sys.argv[1]), Path(sys.argv[2])), plot=False)
+print(len(page))
+"""
+
+
+def test_a_huge_sparse_archived_diff_is_read_only_as_far_as_the_report_shows(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # Before: the whole file was read, then cut: 4 GiB that take no disk ran `avo report` out of memory.
+    run = _run_with_a_rejection(toy, runs_root)
+    with open(run.paths.rejected / "step0001-rejected.diff", "r+b") as fh:
+        fh.truncate(4 << 30)
+    proc = subprocess.run([sys.executable, "-c", REPORT_UNDER_A_MEMORY_LIMIT, str(run.paths.root), str(runs_root)],
+                          capture_output=True, text=True, timeout=300, cwd=Path(__file__).parent.parent)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert int(proc.stdout) < 2_000_000
+
+
+def test_an_export_into_its_own_run_is_refused_before_anything_is_removed(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # Before: `avo export -o <run>` removed the run's rejected/ (its own source) and failed.
+    from avo.examples import export_run
+
+    run = _run_with_a_rejection(toy, runs_root)
+    for dest in (run.paths.root, run.paths.root / "share", run.paths.root.parent):
+        with pytest.raises(AvoError, match="cannot export into"):
+            export_run(run, dest, plot=False)
+    assert (run.paths.rejected / "step0001-rejected.diff").is_file()
+
+
+def test_a_message_s_control_characters_are_kept_as_text_not_replayed_on_a_terminal(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # Before: "\r\x1b[2K...accepted (new best) scalar 1e9" stood in run.json and reached every
+    # terminal through `avo status`, `avo log` and avo evolve's lines, redrawing a rejection.
+    run = start_run(str(toy), runs_root)
+    set_constants(run.paths.work, x=5)
+    forged = "X=5\r\x1b[2K\x1b[32mstep 1: accepted (new best) scalar 1.000e+09\x1b]0;pwned\x07"
+    assert submit(open_run(run.paths.root, runs_root), forged).outcome == "accepted"
+    state = load_state(run.paths)
+    assert "\x1b" not in run.paths.run_json.read_text() and "\\x1b" in state.versions[1].message
+    assert state.versions[1].message.startswith("X=5\\x0d\\x1b[2K")
+    shown = _avo("log", "--run", str(run.paths.root))
+    assert shown is not None and "\x1b" not in shown.stdout and "\r" not in shown.stdout
