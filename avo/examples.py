@@ -195,12 +195,31 @@ def _prepare(folder: Path, version: int | None) -> tuple[RunState, Version, Targ
             raise AvoError(f"{folder} is not a shipped example: {needed.name} is missing")
     state, wanted = load_example(folder, version)
     spec = state.target
-    if spec.directory is None or not spec.directory.is_dir():
-        spec = find_target(spec.name)
-        if state.target.settings is not None:  # replayed in the mode the run was measured in
-            spec = spec.model_copy(update={"settings": {
-                k: v for k, v in state.target.settings.items() if k in spec.settings_env}})
+    installed = _installed_plugin_target(spec.name)
+    if installed is not None or spec.directory is None or not spec.directory.is_dir():
+        # The judge is what is installed here, never what the example names: a record naming
+        # game2048 plus a directory of its own (shipped in the example) was judged by that.
+        spec = installed or find_target(spec.name)
+    elif not spec.directory.is_absolute() or spec.directory.resolve().is_relative_to(folder.resolve()):
+        raise AvoError(f"{folder}'s record names the evaluator folder {spec.directory}, "
+                       f"{'a relative path' if not spec.directory.is_absolute() else 'inside the example itself'}: "
+                       "an example cannot bring its own judge; verify it where its target is installed")
+    else:  # the folder's target.yaml as it is now (its commands, its noise band), not the record's copy
+        spec = find_target(str(spec.directory))
+    if state.target.settings is not None:  # replayed in the mode the run was measured in
+        spec = spec.model_copy(update={"settings": {
+            k: v for k, v in state.target.settings.items() if k in spec.settings_env}})
     return state, wanted, spec
+
+
+def _installed_plugin_target(name: str) -> TargetSpec | None:
+    """The target an installed plugin announces under ``name``, if one does."""
+    from avo.plugins import announced_targets
+
+    specs, conflicts = announced_targets()
+    if name in conflicts:
+        raise AvoError(conflicts[name])
+    return next((s for s in specs if s.name == name), None)
 
 
 def _measure(folder: Path, state: RunState, wanted: Version, spec: TargetSpec, executor: str | None,
@@ -245,12 +264,20 @@ def verify_example(folder: Path, *, version: int | None = None, executor: str | 
     if ev.scalar is None:
         return Verification(False, wanted, None, {}, f"the recorded version now fails: {ev.result.error}\n{m.log_tail}",
                             m.evaluator_changed)
-    band = state.options.noise.band
+    # Never wider than the installed target's (the example's run.json is its author's to edit);
+    # a run recorded before its target had a band replays exactly.
+    band = min(state.options.noise.band, spec.noise.band)
     if band == 0:
-        same = all(abs(ev.result.metrics.get(k, float("nan")) - v) <= 1e-9 * max(1.0, abs(v))
-                   for k, v in wanted.metrics.items())
+        def close(a: float, b: float) -> bool:
+            return abs(a - b) <= 1e-9 * max(1.0, abs(b))
+
+        # The scalar and every metric, and the same metrics: a record claiming 1e9 with its
+        # metrics kept (or none at all) once "reproduced exactly".
+        same = close(ev.scalar, wanted.scalar) and set(ev.result.metrics) == set(wanted.metrics) and all(
+            close(ev.result.metrics[k], v) for k, v in wanted.metrics.items())
         detail = ("reproduced exactly" if same else
-                  f"metrics differ: recorded {wanted.metrics}, measured {ev.result.metrics}")
+                  f"metrics differ: recorded {wanted.scalar:.6g} {wanted.metrics}, "
+                  f"measured {ev.scalar:.6g} {ev.result.metrics}")
         return Verification(same, wanted, ev.scalar, ev.result.metrics, detail, m.evaluator_changed)
     recorded_cpu = recorded_cpu_class(folder, wanted) or refs.recorded_on
     ref = refs.find(m.cpu, wanted.n) if m.cpu != recorded_cpu else None
@@ -269,6 +296,8 @@ def verify_example(folder: Path, *, version: int | None = None, executor: str | 
     # A version accepted after re-measurements records their median; its secret replays the
     # first of them, which the submit record keeps: compare like with like.
     first = _first_measurement(folder, wanted)
+    if first is not None and abs(gain(first, wanted.scalar, spec.direction)) > band:
+        first = None  # a first measurement the recorded median could not have come from: a forged line
     reference = wanted.scalar if first is None else first
     g = gain(ev.scalar, reference, spec.direction)
     ok = abs(g) <= band
@@ -302,7 +331,7 @@ def record_host_reference(folder: Path, *, version: int | None = None, draws: in
     if draws < 1:
         raise AvoError(f"--draws must be at least 1, not {draws}")
     state, wanted, spec = _prepare(folder, version)
-    band = state.options.noise.band
+    band = min(state.options.noise.band, spec.noise.band)
     if band == 0:
         raise AvoError(f"{folder}'s target is deterministic (no noise band): it reproduces exactly on any "
                        "machine, so there is no reference per CPU to record")

@@ -425,3 +425,79 @@ def test_a_message_s_control_characters_are_kept_as_text_not_replayed_on_a_termi
     assert state.versions[1].message.startswith("X=5\\x0d\\x1b[2K")
     shown = _avo("log", "--run", str(run.paths.root))
     assert shown is not None and "\x1b" not in shown.stdout and "\r" not in shown.stdout
+
+
+def _forged_example(genuine: Path, dest: Path, scalar: float, metrics: dict[str, float], band: float | None = None,
+                    first: float | None = None) -> Path:
+    """``genuine`` (an export) with v1 re-made, as an example's author can: trailers, run.json
+    and (optionally) the run's noise band and v1's "first measurement" claiming ``scalar``."""
+    shutil.copytree(genuine, dest)
+    clone = dest.parent / f"clone-{dest.name}"
+    subprocess.run(["git", "clone", "-q", str(dest / "lineage.bundle"), str(clone)], check=True)
+    tree, parent = _git(clone, "rev-parse", "v1^{tree}"), _git(clone, "rev-parse", "v0")
+    msg = (f"v1: X to 5\n\navo-target: toy\navo-scalar: {scalar!r}\navo-metrics: {json.dumps(metrics)}\n"
+           "avo-sandbox: bwrap\n")
+    sha = subprocess.run(["git", "-C", str(clone), "commit-tree", tree, "-p", parent], input=msg, text=True,
+                         capture_output=True, check=True, env={**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL":
+                         "a@b", "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@b"}).stdout.strip()
+    _git(clone, "tag", "-f", "v1", sha)
+    _git(clone, "update-ref", "refs/heads/main", sha)
+    (dest / "lineage.bundle").unlink()
+    _git(clone, "bundle", "create", str(dest / "lineage.bundle"), "--all")
+    data = json.loads((dest / "run.json").read_text())
+    data["versions"][1].update(sha=sha, scalar=scalar, metrics=metrics)
+    if band is not None:
+        data["options"]["noise"]["band"] = data["target"]["noise"]["band"] = band
+    (dest / "run.json").write_text(json.dumps(data))
+    if first is not None:
+        lines = [json.loads(line) for line in (dest / "trajectory.jsonl").read_text().splitlines()]
+        for r in lines:
+            if r.get("kind") == "submit" and r.get("version") == 1:
+                r["confirm"] = {"candidate": [first]}
+        (dest / "trajectory.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    return dest
+
+
+def test_verify_does_not_pass_an_example_whose_record_claims_a_false_score(
+        toy: Path, runs_root: Path, core_plugins: None, tmp_path: Path) -> None:
+    # Before, each of these printed "OK": on a deterministic target only the recorded metrics
+    # were compared (the scalar never, and no metrics at all passed), and the noise band and the
+    # "first measurement" compared with came from the example's own run.json and trajectory.
+    from avo.examples import export_run, verify_example
+
+    run = start_run(str(toy), runs_root)
+    set_constants(run.paths.work, x=5)
+    assert submit(open_run(run.paths.root, runs_root), "X to 5").outcome == "accepted"
+    genuine = tmp_path / "genuine"
+    export_run(open_run(run.paths.root, runs_root), genuine, plot=False)
+    honest = load_state(run.paths).versions[1]
+    assert verify_example(genuine).ok
+    kept = honest.metrics
+    forged = {
+        "scalar 1e9, metrics kept": _forged_example(genuine, tmp_path / "A", 1e9, kept),
+        "scalar 1e9, no metrics": _forged_example(genuine, tmp_path / "B", 1e9, {}),
+        "band 5 % and a first measurement": _forged_example(
+            genuine, tmp_path / "C", 1e9, {k: 1e9 for k in kept}, band=0.05, first=honest.scalar),
+        "band 99.9 %": _forged_example(genuine, tmp_path / "D", honest.scalar * 500, {k: v * 500 for k, v in kept.items()},
+                                       band=0.999),
+    }
+    for what, folder in forged.items():
+        assert not verify_example(folder).ok, what
+
+
+def test_verify_refuses_an_example_that_brings_its_own_judge(
+        toy: Path, runs_root: Path, core_plugins: None, tmp_path: Path) -> None:
+    from avo.examples import export_run, verify_example
+
+    run = start_run(str(toy), runs_root)
+    example = tmp_path / "example"
+    export_run(run, example, plot=False)
+    judge = example / "judge"
+    shutil.copytree(toy, judge)
+    (judge / "eval.py").write_text('import json; print(json.dumps({"correct": True, "metrics": {"config_a": 1e9, '
+                                   '"config_b": 1e9}}))\n')
+    data = json.loads((example / "run.json").read_text())
+    data["target"]["directory"] = str(judge)
+    (example / "run.json").write_text(json.dumps(data))
+    with pytest.raises(AvoError, match="cannot bring its own judge"):
+        verify_example(example)
