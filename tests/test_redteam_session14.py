@@ -477,7 +477,7 @@ def test_verify_does_not_pass_an_example_whose_record_claims_a_false_score(
         "scalar 1e9, metrics kept": _forged_example(genuine, tmp_path / "A", 1e9, kept),
         "scalar 1e9, no metrics": _forged_example(genuine, tmp_path / "B", 1e9, {}),
         "band 5 % and a first measurement": _forged_example(
-            genuine, tmp_path / "C", 1e9, {k: 1e9 for k in kept}, band=0.05, first=honest.scalar),
+            genuine, tmp_path / "C", 1e9, dict.fromkeys(kept, 1000000000.0), band=0.05, first=honest.scalar),
         "band 99.9 %": _forged_example(genuine, tmp_path / "D", honest.scalar * 500, {k: v * 500 for k, v in kept.items()},
                                        band=0.999),
     }
