@@ -173,16 +173,39 @@ def append_event(folder: Path, record: dict[str, Any]) -> None:
     line = json.dumps({"time": round(time.time(), 3), **record}, default=str) + "\n"
     from avo.regular_files import open_own
 
-    # Neither file through a link an agent put there (into its run's .avo/, say).
-    fd = os.open(folder / ".events.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    # Neither file through a link an agent put there (into its run's .avo/, say); one found
+    # linked is taken back rather than failing the colony after a migrant was committed.
+    lock = folder / ".events.lock"
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError:
+        _take_back(lock)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        with os.fdopen(open_own(folder / EVENTS_FILE, append=True), "a", encoding="utf-8") as fh:
+        try:
+            events = open_own(folder / EVENTS_FILE, append=True)
+        except (AvoError, OSError):
+            _take_back(folder / EVENTS_FILE)
+            events = open_own(folder / EVENTS_FILE, append=True)
+        with os.fdopen(events, "a", encoding="utf-8") as fh:
             fh.write(line)
             fh.flush()
             os.fsync(fh.fileno())
     finally:
         os.close(fd)
+
+
+def _take_back(path: Path) -> None:
+    """Make ``path`` a file of the colony's own again: a link (or a pipe) is set aside; a file
+    with a second name (a hard link the agent made) is copied into a file of its own."""
+    from avo.regular_files import open_regular, set_aside, write_json_atomic
+
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        set_aside(path)
+        return
+    with os.fdopen(open_regular(path, follow_links=False, why="taken back"), "rb") as fh:
+        write_json_atomic(path, fh.read(), sync="file")
 
 
 def read_events(folder: Path) -> list[dict[str, Any]]:

@@ -399,6 +399,11 @@ def _spawn(folder: Path, colony: ColonyState, name: str, config: EvolveConfig, p
         # they stay within it (each may finish the step it started, as a single run does).
         sharing = sum(1 for r in progress.rows.values() if r.exit is None or r is row)
         cap = row.spend + left / max(1, sharing)
+    from avo.regular_files import linked_on_the_way
+
+    linked = linked_on_the_way(folder, folder / name)
+    if linked:  # its logs and its evolve would go wherever it leads
+        return f"not started: {linked}; an island is a folder of the colony's own, never a link"
     cmd = child_command(folder / name, config, target, time_left, cap)
     log = folder / name / "logs" / "colony-driver.log"  # a file, not a pipe: a full pipe would stall the child
     from avo.regular_files import open_own

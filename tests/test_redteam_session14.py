@@ -501,3 +501,48 @@ def test_verify_refuses_an_example_that_brings_its_own_judge(
     (example / "run.json").write_text(json.dumps(data))
     with pytest.raises(AvoError, match="cannot bring its own judge"):
         verify_example(example)
+
+
+def test_colony_events_taken_back_from_links_instead_of_failing_after_a_migrant(tmp_path: Path) -> None:
+    # Before: a symlink at .events.lock or a second name on events.jsonl made append_event
+    # raise (ELOOP, "a hard link"), after a migrant's submit had already been committed.
+    from avo.colony import EVENTS_FILE, append_event, read_events
+
+    colony = tmp_path / "colony"
+    colony.mkdir()
+    append_event(colony, {"kind": "first"})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("the agent's\n")
+    (colony / ".events.lock").unlink(missing_ok=True)
+    (colony / ".events.lock").symlink_to(elsewhere)
+    os.link(colony / EVENTS_FILE, tmp_path / "second-name.jsonl")
+    append_event(colony, {"kind": "second"})
+    assert [e["kind"] for e in read_events(colony)] == ["first", "second"]
+    assert elsewhere.read_text() == "the agent's\n"
+    assert os.stat(colony / EVENTS_FILE).st_nlink == 1
+    assert len((tmp_path / "second-name.jsonl").read_text().splitlines()) == 1  # the other name keeps the old
+
+
+def test_a_colony_island_replaced_by_a_link_is_not_started(tmp_path: Path) -> None:
+    from avo.islands import _spawn
+
+    colony = tmp_path / "colony"
+    colony.mkdir()
+    (tmp_path / "other-run").mkdir()
+    (colony / "island-1").symlink_to(tmp_path / "other-run")
+
+    class Row:
+        steps, spend, exit = 0, 0.0, None
+
+    class Progress:
+        rows = {"island-1": Row()}
+
+        def elapsed(self) -> float:
+            return 0.0
+
+    class Config:
+        max_steps, time_limit, max_cost = 5, None, None
+
+    why = _spawn(colony, None, "island-1", Config(), Progress(), None)  # type: ignore[arg-type]
+    assert isinstance(why, str) and "never a link" in why
+    assert os.listdir(tmp_path / "other-run") == []
