@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from avo.colony import load_colony, read_events
-from avo.colony_view import colony_summary
+from avo.colony_view import colony_summary, open_island
 from avo.errors import AvoError
 from avo.numbers import fmt_number, fmt_pct
 from avo.regular_files import write_json_atomic
-from avo.state import RunPaths, load_state, read_trajectory
+from avo.state import read_trajectory
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -28,16 +28,22 @@ FORMATS = ("png", "svg", "pdf")
 
 
 def colony_series(folder: Path) -> dict[str, dict[str, Any]]:
-    """Per island: the running best after each step (x_0 first) and the steps a migrant was kept."""
+    """Per island: the running best after each step (x_0 first) and the steps a migrant was kept.
+
+    Only islands whose record checks (:func:`avo.colony_view.open_island`) have a series; a
+    refused island has ``{"refused": reason}`` instead, and nothing of it is drawn.
+    """
     from avo.evolve import running_best
 
     out: dict[str, dict[str, Any]] = {}
     for name in load_colony(folder).names():
-        paths = RunPaths((folder / name).resolve())
-        if not paths.run_json.is_file():
+        island = open_island(folder, name)
+        if island.refused is not None:
+            out[name] = {"refused": island.refused}
+        if island.run is None:
             continue
-        state = load_state(paths)
-        records = read_trajectory(paths)
+        state = island.run.state
+        records = read_trajectory(island.run.paths)
         steps = [r for r in records if r.get("kind") in ("submit", "agent_step")]
         migrants = [(i + 1, r.get("outcome")) for i, r in enumerate(steps) if r.get("migrant")]
         out[name] = {"running_best": running_best(state, records), "migrants": migrants,
@@ -50,7 +56,9 @@ def build_colony_figure(folder: Path) -> Figure:
     from matplotlib.figure import Figure
 
     colony = load_colony(folder)
-    series = colony_series(folder)
+    every = colony_series(folder)
+    series = {name: s for name, s in every.items() if "refused" not in s}
+    refused = [name for name in every if name not in series]
     fig = Figure(figsize=(10, 5.2), dpi=110)
     ax = fig.add_subplot(1, 1, 1)
     for name, s in series.items():
@@ -63,7 +71,8 @@ def build_colony_figure(folder: Path) -> Figure:
     ax.set_xlabel("step of the island")
     ax.set_ylabel("best score so far")
     ax.set_title(f"colony {colony.id}: {colony.target}, {len(series)} islands ({colony.migration.describe()})\n"
-                 "▲ migrant kept, ✕ migrant that lost", fontsize=10)
+                 "▲ migrant kept, ✕ migrant that lost"
+                 + (f"; not drawn, record refused: {', '.join(refused)}" if refused else ""), fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=9)
     return fig
@@ -109,6 +118,10 @@ def write_colony_report(folder: Path, output: Path, *, plot: bool = True) -> Pat
         if not r.get("started"):
             rows.append(f"<tr><td class=l>{_e(r['island'])}</td><td colspan=6>not started</td></tr>")
             continue
+        if "refused" in r:  # its claimed scores are what the record check refused: not shown
+            rows.append(f"<tr><td class=l>{_e(r['island'])}</td><td colspan=6 class=l>record refused: "
+                        f"<pre>{_e(r['refused'])}</pre></td></tr>")
+            continue
         settings = ", ".join(f"{k}={v}" for k, v in (("backend", r["backend"]), ("model", r["model"]),
                                                       ("seed", r["seed_option"])) if v is not None)
         settings = ", ".join(x for x in (settings, ", ".join(f"{k}={v}" for k, v in r["options"].items())) if x)
@@ -139,9 +152,12 @@ def write_colony_report(folder: Path, output: Path, *, plot: bool = True) -> Pat
                      f"<td class=l>{_e(e.get('reason'))}</td></tr>")
     parts.append(f"<h2>Migrations ({len(events)})</h2><table>" + "".join(mrows) + "</table>")
     for r in s["islands"]:
-        if r.get("started"):
-            state = load_state(RunPaths(Path(r["run"])))
-            parts.append(f"<h2>{_e(r['island'])}: lineage</h2><pre>{_e(lineage_table(state, rows=10**9))}</pre>")
+        if r.get("started") and "refused" not in r:
+            # Opened checked again: the record may have been edited since the summary read it.
+            island = open_island(folder, r["island"])
+            text = lineage_table(island.run.state, rows=10**9) if island.run is not None else \
+                f"record refused: {island.refused}"
+            parts.append(f"<h2>{_e(r['island'])}: lineage</h2><pre>{_e(text)}</pre>")
     css = ("body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1200px;padding:0 1em}"
            "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;padding:3px 7px;text-align:right}"
            "td.l,th.l{text-align:left}tr.best{background:#eef5ff}pre{background:#f7f7f7;padding:.7em;font-size:12px;"

@@ -1,34 +1,89 @@
-"""What a colony looks like: one row per island (status, dashboard) and its migrations (log)."""
+"""What a colony looks like: one row per island (status, dashboard) and its migrations (log).
+
+Every island is opened as ``avo status --run ISLAND`` opens it, its record checked against
+its lineage: a score the single-run view refuses is never shown (nor made the colony's
+best) because it was reached through the colony.
+"""
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from avo.colony import load_colony, read_events
 from avo.contract import better, gain
+from avo.errors import AvoError
 from avo.numbers import fmt_number, fmt_pct
-from avo.state import RunPaths, load_state, read_trajectory
+from avo.state import read_trajectory
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
+    from avo.engine import Run
     from avo.islands import ColonyProgress
 
 
+@dataclass
+class Island:
+    """One island as the colony views see it: its checked run, or why it is not shown."""
+
+    name: str
+    path: Path
+    run: Run | None = None
+    refused: str | None = None  # the record check's (or the layout's) reason; None when shown
+
+    @property
+    def started(self) -> bool:
+        return self.run is not None or self.refused is not None
+
+
+def open_island(folder: Path, name: str) -> Island:
+    """Island ``name`` of the colony at ``folder``, its record checked (:func:`avo.engine.open_run`).
+
+    Not started: no ``run.json``. Refused, with the reason: the island (or its ``run.json``) is a
+    link, which could show another run's record as this island's, or its record disagrees
+    with its lineage (an agent's edit of ``run.json`` or ``trajectory.jsonl``).
+    """
+    from avo.engine import open_run
+
+    path = folder / name
+    island = Island(name, path)
+    if os.path.islink(path) or os.path.islink(path / "run.json"):
+        island.refused = f"{path} is a symlink: a colony's island is a folder of its own"
+    elif os.path.lexists(path / "run.json"):
+        try:
+            island.run = open_run(path, folder)
+        except AvoError as exc:
+            island.refused = str(exc)
+    return island
+
+
+def refused_line(path: Path | str, reason: str) -> str:
+    """The first line of why the island at ``path`` is refused, and where the whole reason is."""
+    why = (reason.splitlines() or [""])[0].rstrip(": ")
+    return f"record refused: {why} (`avo status --run {path}` says why)"
+
+
 def colony_summary(folder: Path) -> dict[str, Any]:
-    """The colony side by side: every island's best, steps and migrants, and the colony's best."""
+    """The colony side by side: every island's best, steps and migrants, and the colony's best.
+
+    A refused island's row says ``refused`` (the reason) instead of its claimed scores, and
+    the colony's best comes only from islands whose record checks.
+    """
     from avo.evolve import steps_taken
 
     colony = load_colony(folder)
-    rows = []
+    rows: list[dict[str, Any]] = []
     direction = "maximize"
     for spec in colony.islands:
-        paths = RunPaths((folder / spec.name).resolve())
-        if not paths.run_json.is_file():
-            rows.append({"island": spec.name, "started": False})
+        island = open_island(folder, spec.name)
+        if island.run is None:
+            rows.append({"island": spec.name, "started": island.started, "run": str(island.path),
+                         **({"refused": island.refused} if island.refused is not None else {})})
             continue
-        state = load_state(paths)
+        paths, state = island.run.paths, island.run.state
         direction = state.target.direction
         records = read_trajectory(paths)
         migrants = [r for r in records if r.get("kind") == "submit" and r.get("migrant")]
@@ -44,7 +99,7 @@ def colony_summary(folder: Path) -> dict[str, Any]:
                      "migrants_accepted": sum(r.get("outcome") == "accepted" for r in migrants),
                      "backend": spec.backend, "model": spec.model, "seed_option": spec.seed,
                      "options": spec.options})
-    scored = [r for r in rows if r.get("started")]
+    scored = [r for r in rows if r.get("started") and "refused" not in r]
     top = None
     for r in scored:
         if top is None or better(r["best"], top["best"], direction):  # type: ignore[arg-type]
@@ -52,7 +107,8 @@ def colony_summary(folder: Path) -> dict[str, Any]:
     events = [e for e in read_events(folder) if e.get("kind") == "migration"]
     return {"colony": colony.id, "path": str(folder), "target": colony.target, "direction": direction,
             "migration": colony.migration.model_dump(), "migration_text": colony.migration.describe(),
-            "islands": rows, "best_island": top["island"] if top else None,
+            "islands": rows, "refused": [r["island"] for r in rows if "refused" in r],
+            "best_island": top["island"] if top else None,
             "best": top["best"] if top else None, "best_version": top["best_version"] if top else None,
             "migrations": {k: sum(e.get("outcome") == k for e in events)
                            for k in ("accepted", "rejected", "failed", "skipped")}}
@@ -67,6 +123,9 @@ def status_lines(folder: Path) -> list[str]:
         if not r.get("started"):
             lines.append(f"{r['island']:<10} (not started)")
             continue
+        if "refused" in r:
+            lines.append(f"{r['island']:<10} {refused_line(r['run'], r['refused'])}")
+            continue
         steps = f"{r['steps']}/{r['max_steps']}" if r["max_steps"] else str(r["steps"])
         star = "★" if r["island"] == s["best_island"] else " "
         lines.append(f"{r['island']:<10} {steps:>7} {'v' + str(r['best_version']) + '=' + fmt_number(r['best']):>14} "
@@ -77,6 +136,8 @@ def status_lines(folder: Path) -> list[str]:
         lines.append(f"colony best: {s['best_island']} v{s['best_version']} = {fmt_number(s['best'])}; "
                      f"migrations: {m['accepted']} accepted, {m['rejected']} rejected, {m['failed']} failed, "
                      f"{m['skipped']} skipped")
+    if s["refused"]:  # said beside the best: it is the best of the islands whose record checks
+        lines.append(f"not compared (record refused): {', '.join(s['refused'])}")
     lines.append(f"one island: --run {s['path']}/island-K")
     return lines
 
@@ -85,11 +146,14 @@ def log_lines(folder: Path) -> list[str]:
     """``avo log --run COLONY``: every island's steps, interleaved by time, and the migrations."""
     colony = load_colony(folder)
     entries: list[tuple[float, str]] = []
+    refused: list[str] = []
     for name in colony.names():
-        paths = RunPaths((folder / name).resolve())
-        if not paths.run_json.is_file():
+        island = open_island(folder, name)
+        if island.refused is not None:  # its steps are not shown: they are what the check refused
+            refused.append(f"{name:<10} {refused_line(island.path, island.refused)}")
+        if island.run is None:
             continue
-        for r in read_trajectory(paths):
+        for r in read_trajectory(island.run.paths):
             if r.get("kind") == "submit":
                 m = r.get("migrant")
                 came = f" [migrant from {m['island']} v{m['version']}]" if isinstance(m, dict) else ""
@@ -99,7 +163,7 @@ def log_lines(folder: Path) -> list[str]:
                                 f"{score:>12}{kept}{came}  {str(r.get('message') or '').splitlines()[0][:60]}"))
             elif r.get("kind") == "migration_skipped":
                 entries.append((float(r.get("time") or 0), f"{name:<10} migration skipped: {r.get('reason')}"))
-    return [line for _, line in sorted(entries, key=lambda e: e[0])]
+    return refused + [line for _, line in sorted(entries, key=lambda e: e[0])]
 
 
 def render(progress: ColonyProgress) -> RenderableType:

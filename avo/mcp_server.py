@@ -7,17 +7,21 @@ supervisor, plot. Every tool calls the same engine functions as the CLI and retu
 same compact text; full logs stay on disk. A bad request becomes a tool error with a
 clear message and the server keeps serving.
 
-Run references and output paths an agent passes are confined to the runs directory
-(``--runs-dir``, else ``$AVO_RUNS_DIR``, else ``./runs`` of the server's working
-directory). The ``mcp`` SDK is imported only when the server is built, so importing
-this module (or running ``avo --help``) stays cheap.
+Run references an agent passes are confined to the runs directory (``--runs-dir``, else
+``$AVO_RUNS_DIR``, else ``./runs`` of the server's working directory); a plot is written
+only under a plain file name into the run's own folder (or its ``plots/``), never through a
+link; a directory target inside the runs directory, or one taking an installed target's
+name, is refused (the agent may have written it). The ``mcp`` SDK is imported only when the
+server is built, so importing this module (or running ``avo --help``) stays cheap.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import io
 import logging
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -50,6 +54,15 @@ _MCP_FOOTER = (
     "avo_submit(message=..., run={run!r}), discard an experiment with avo_revert. The shell "
     "commands above are equivalents.\n"
 )
+
+# avo_plot's output: a plain file name (the characters of a metric name, no "..") and a
+# format matplotlib writes, into the run's folder or this one folder of it.
+PLOT_FOLDER = "plots"
+PLOT_FORMATS = ("png", "svg", "pdf")
+_PLOT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+=@,-]*$")
+_PLOT_RULE = ("avo_plot writes only a plain file name ending in .png, .svg or .pdf (no '/' and no '..'), "
+              f"into the run's folder, or {PLOT_FOLDER}/NAME into its {PLOT_FOLDER}/ folder; never into .avo/, "
+              "another run, or outside the runs directory")
 
 RunArg = Annotated[
     str | None,
@@ -108,15 +121,53 @@ class AvoTools:
 
         return open_run(None if ref is None else self._run_dir(ref), self.runs_root, check=check)
 
-    def _output_path(self, output: str | None, run: Run) -> Path:
-        if output is None or not output.strip():
-            return run.paths.root / "trajectory.png"
-        path = Path(output.strip()).expanduser()
-        path = path if path.is_absolute() else run.paths.root / path
-        if not self._inside(path):
-            raise AvoError(f"output {output!r} is outside the runs directory {self.runs_root}; "
-                           "give a file name (it is written into the run's folder)")
-        return path.resolve()
+    def _output_path(self, output: str | None, run: Run) -> tuple[Path, int]:
+        """Where avo_plot writes ``output``, and how many folders above the file are the run's
+        own (reached without following a link when the file is written:
+        :func:`avo.regular_files.own_folder`).
+
+        Only ``NAME.png|svg|pdf`` (in the run's folder) or ``plots/NAME.png|svg|pdf``: any other
+        path the agent picks can name ``.avo/`` (a ref planted in the private backup), another
+        run, or a folder it swaps for a link while the figure is drawn.
+        """
+        text = "trajectory.png" if output is None or not output.strip() else output.strip()
+        folder, _, name = text.rpartition("/")
+        if folder not in ("", PLOT_FOLDER) or not _PLOT_NAME.match(name) or ".." in name \
+                or name.rpartition(".")[2].lower() not in PLOT_FORMATS:
+            raise AvoError(f"output {output!r} is refused: {_PLOT_RULE}")
+        return (run.paths.root / PLOT_FOLDER / name, 1) if folder else (run.paths.root / name, 0)
+
+    def _target_ref(self, target: str) -> str:
+        """What avo_start_run hands the engine for ``target``: an installed target's name as
+        given, a directory target as its resolved folder (checked here, not looked up again
+        through a path the agent can re-point).
+
+        A directory target is refused inside the runs directory (the agent writes there, in
+        work/, and would choose its own judge) and when its ``target.yaml`` takes the name of
+        an installed target it is not (it would pass for that target in every view).
+        """
+        from avo.plugins import all_targets, find_target
+
+        installed = all_targets()
+        spec = find_target(target)
+        if spec.directory is None:
+            return target
+        folder = spec.directory.resolve()
+        places = [folder]
+        if not any(s.name == target for s in installed):  # a path (a name is looked up before any path)
+            places.append(Path(os.path.abspath(Path(target).expanduser())))  # a link in the runs dir, too
+        if any(p == self.runs_root or p.is_relative_to(self.runs_root) for p in places):
+            raise AvoError(f"target {target!r} is a folder inside the runs directory {self.runs_root}; over MCP "
+                           "a directory target must live outside it (an agent can write there), so start an "
+                           "installed target by name or a target folder the user made elsewhere")
+        shadowed = [s for s in installed if s.name == spec.name
+                    and (s.directory is None or s.directory.resolve() != folder)]
+        if shadowed:
+            raise AvoError(f"the target folder {folder} names itself {spec.name!r}, the name of an installed "
+                           f"target ({shadowed[0].provider or 'a plugin'}); over MCP a directory target may not "
+                           f"take an installed target's name: start {spec.name!r} by name, or rename the folder's "
+                           "target in its target.yaml")
+        return str(folder)
 
     def _check_can_step(self, run: Run) -> None:
         """The engine's check, with the MCP tools to call instead of the CLI commands it names."""
@@ -150,7 +201,8 @@ class AvoTools:
     def start_run(
         self,
         target: Annotated[str | None, Field(
-            description="Target name (from avo_list_targets) or a folder with target.yaml. Starts a new run.")] = None,
+            description="Target name (from avo_list_targets) or a folder with target.yaml, outside the runs "
+                        "directory and not named like an installed target. Starts a new run.")] = None,
         run: Annotated[str | None, Field(
             description="Id of an existing run to resume instead of starting one.")] = None,
         max_steps: Annotated[int | None, Field(ge=1, description="Step budget of a new run.")] = None,
@@ -165,6 +217,13 @@ class AvoTools:
         executor_options: Annotated[dict[str, str] | None, Field(
             description="Executor options, e.g. {\"address\": \"ray://head:10001\"}.")] = None,
     ) -> str:
+        """Start a run (``target`` and/or ``from_run``) or resume one (``run``).
+
+        A directory target is refused when it lies inside the runs directory (a folder the
+        agent wrote, in a run's work/ say) or when its target.yaml takes the name of an
+        installed target that it is not; a directory target that starts is named as one in
+        the reply, with the folder its evaluator is copied from.
+        """
         from avo.engine import start_run
 
         if run is not None:
@@ -185,13 +244,17 @@ class AvoTools:
             match = re.match(r"^(.*?)(:v\d+)?$", from_run.strip())
             assert match is not None  # the pattern matches every string
             source = str(self._run_dir(match.group(1))) + (match.group(2) or "")
-        r = start_run(target, self.runs_root, max_steps=max_steps, quick=quick, stall_limit=stall_limit,
+        ref = None if target is None else self._target_ref(target)
+        r = start_run(ref, self.runs_root, max_steps=max_steps, quick=quick, stall_limit=stall_limit,
                       from_ref=source, progress=lambda msg: log.info("%s", msg), executor=executor,
                       executor_options=executor_options)
         v0 = r.state.versions[0]
         from avo.prompts import fmt_number
 
-        return (f"started {r.state.id}: x_0 = {fmt_number(v0.scalar)}; run folder {r.paths.root}\n\n"
+        recorded = r.state.target  # as the run recorded it: what every later evaluation runs
+        where = (f"\ntarget {recorded.name} is a directory target (not an installed plugin): its evaluator was "
+                 f"copied from {recorded.directory}") if recorded.directory is not None else ""
+        return (f"started {r.state.id}: x_0 = {fmt_number(v0.scalar)}; run folder {r.paths.root}{where}\n\n"
                 + self._prompt(r))
 
     def next_step(self, run: RunArg = None) -> str:
@@ -306,23 +369,39 @@ class AvoTools:
         self,
         run: RunArg = None,
         output: Annotated[str | None, Field(
-            description="Image file (.png, .svg or .pdf) to write, relative to the run folder "
-                        "(default: trajectory.png there).")] = None,
+            description="Image file name (NAME.png, NAME.svg or NAME.pdf, no '/' or '..') written into the run "
+                        "folder, or plots/NAME into its plots/ folder (default: trajectory.png).")] = None,
         x: Annotated[Literal["version", "time"], Field(
             description="The x axis: accepted version number (default) or wall-clock time.")] = "version",
         attempts: Annotated[bool, Field(description="Also mark every rejected or failed attempt.")] = False,
     ) -> str:
+        """Draw the run's trajectory into ``output`` (a plain file name: :meth:`_output_path`).
+
+        Written as :func:`avo.plot.plot_run` writes it, but with the folders below the run's
+        root reached without following a link at the moment of the write: ``plots/`` swapped
+        for a link while the figure is drawn is set aside and made again, not written through.
+        """
+        from avo.regular_files import write_json_atomic
+
         r = self._open(run)
-        path = self._output_path(output, r)
+        path, own = self._output_path(output, r)
         try:
-            from avo.plot import plot_run
+            from avo.plot import build_figure
         except ModuleNotFoundError as exc:
             if exc.name == "avo.plot":
                 raise AvoError("this avo has no plot module (avo.plot); update avo to plot runs") from None
             raise AvoError(f"plotting needs {exc.name}: pip install 'avo[plot]'") from None
-        path.parent.mkdir(parents=True, exist_ok=True)
-        written = plot_run(r, path, x=x, attempts=attempts)
-        return f"plot written to {written}"
+        try:
+            fig = build_figure(r, x=x, attempts=attempts)
+        except ImportError:
+            raise AvoError("plots need matplotlib: pip install 'avo[plot]'") from None
+        buf = io.BytesIO()
+        fig.savefig(buf, format=path.suffix.lower().lstrip("."), bbox_inches="tight")
+        try:
+            write_json_atomic(path, buf.getvalue(), sync="none", own=own)  # renamed in: a link at the name is replaced
+        except OSError as exc:  # a folder at the name, say
+            raise AvoError(f"cannot write the plot to {path}: {exc.strerror or exc}") from None
+        return f"plot written to {path}"
 
 
 # Each tool: (name, method name, when to call it, annotations).
@@ -334,7 +413,8 @@ TOOLS: list[tuple[str, str, str, dict[str, bool]]] = [
     ("avo_start_run", "start_run",
      "Start a run on a target (seeds work/, copies the knowledge base, evaluates x_0, tags v0) and return the "
      "first variation prompt; or, with run=<id>, resume an existing run and return its status and next prompt. "
-     "Call it once at the beginning of a session. Starting evaluates the seed, so it can take a while.",
+     "Call it once at the beginning of a session. Starting evaluates the seed, so it can take a while. A folder "
+     "target must lie outside the runs directory and not take an installed target's name.",
      {"read_only_hint": False, "destructive_hint": False}),
     ("avo_next_step", "next_step",
      "Return the variation prompt for the next step: goal, rules, lineage table, recent rejected attempts, "
@@ -380,7 +460,8 @@ TOOLS: list[tuple[str, str, str, dict[str, bool]]] = [
      {"read_only_hint": False, "destructive_hint": False}),
     ("avo_plot", "plot",
      "Draw the run's progress (running best per version, per-config curves, baselines) into an image file in "
-     "the run folder and return its path. Call it when the user wants to see progress.",
+     "the run folder (a plain file name, or plots/NAME) and return its path. Call it when the user wants to see "
+     "progress.",
      {"read_only_hint": False, "destructive_hint": False, "idempotent_hint": True}),
 ]
 

@@ -243,8 +243,8 @@ def test_plot_writes_into_the_run_folder(client: Client) -> None:
     run_id, work, _ = client.start()
     set_constants(work, x=5)
     client.ok("avo_submit", run=run_id, message="X = 5")
-    text = client.ok("avo_plot", run=run_id, output="figs/progress.png", attempts=True)
-    path = client.runs / run_id / "figs" / "progress.png"
+    text = client.ok("avo_plot", run=run_id, output="plots/progress.png", attempts=True)
+    path = client.runs / run_id / "plots" / "progress.png"
     assert text == f"plot written to {path.resolve()}"
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert ".png, .svg or .pdf" in client.error("avo_plot", run=run_id, output="progress.txt")

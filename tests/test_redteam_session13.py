@@ -577,16 +577,17 @@ def test_a_colony_event_is_not_appended_through_a_link_at_events_jsonl(tmp_path:
     # (and an unreadable colony.json made its run an island): the migration event went into the key.
     from avo.colony import EVENTS_FILE, append_event
 
+    # Since the fifth round the link is taken back (set aside, or copied off a second name)
+    # rather than refused: a refusal came after a migrant's submit was committed.
     key = tmp_path / "check.key"
     key.write_bytes(b"secret\n")
     (tmp_path / EVENTS_FILE).symlink_to(key)
-    with pytest.raises(AvoError, match="is a symlink"):
-        append_event(tmp_path, {"kind": "migration", "outcome": "skipped"})
+    append_event(tmp_path, {"kind": "migration", "outcome": "skipped"})
+    assert key.read_bytes() == b"secret\n" and not (tmp_path / EVENTS_FILE).is_symlink()
     (tmp_path / EVENTS_FILE).unlink()
     os.link(key, tmp_path / EVENTS_FILE)
-    with pytest.raises(AvoError, match="hard link"):
-        append_event(tmp_path, {"kind": "migration", "outcome": "skipped"})
-    assert key.read_bytes() == b"secret\n"
+    append_event(tmp_path, {"kind": "migration", "outcome": "skipped"})
+    assert key.read_bytes() == b"secret\n" and os.stat(tmp_path / EVENTS_FILE).st_nlink == 1
 
 
 def test_run_folders_replaced_by_links_are_set_aside_and_made_again(
