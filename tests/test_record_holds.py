@@ -139,6 +139,15 @@ DRIVER = textwrap.dedent(
 )
 
 
+def kill_submit_at(root: Path, point: str, message: str, tmp_path: Path) -> None:
+    """Submit the run at ``root`` with ``message`` in a child that SIGKILLs itself at ``point``."""
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER)
+    proc = subprocess.run([sys.executable, str(driver), point, str(root), message],
+                          capture_output=True, text=True, cwd=Path(__file__).parent.parent, timeout=300)
+    assert proc.returncode == -9, proc.stdout + proc.stderr
+
+
 @pytest.mark.parametrize(
     ("point", "improving", "recorded"),
     [
@@ -160,11 +169,7 @@ def test_kill_mid_submit_leaves_a_consistent_run(
     set_constants(work, x=5)
     assert submit(run, "v1").outcome == "accepted"
     set_constants(work, x=6 if improving else 1)
-    driver = tmp_path / "driver.py"
-    driver.write_text(DRIVER)
-    proc = subprocess.run([sys.executable, str(driver), point, str(run.paths.root), "killed step"],
-                          capture_output=True, text=True, cwd=Path(__file__).parent.parent)
-    assert proc.returncode == -9, proc.stdout + proc.stderr
+    kill_submit_at(run.paths.root, point, "killed step", tmp_path)
 
     # The next command (here a status read, then another submit) finds a consistent run.
     run = open_run(run.paths.root, runs_root)

@@ -16,7 +16,7 @@ from avo.errors import AvoError
 from avo.record_check import SCORES_FILE
 from avo.state import load_state, run_lock
 from tests.conftest import set_constants
-from tests.test_record_holds import DRIVER
+from tests.test_record_holds import kill_submit_at
 from tests.test_redteam_session6 import _avo
 
 
@@ -34,11 +34,7 @@ def _killed_first_submit(toy: Path, runs_root: Path, tmp_path: Path, point: str)
     driver), its journal left behind."""
     run = start_run(str(toy), runs_root)
     set_constants(run.paths.work, x=5)
-    driver = tmp_path / "driver.py"
-    driver.write_text(DRIVER)
-    proc = subprocess.run([sys.executable, str(driver), point, str(run.paths.root), "X=5"],
-                          capture_output=True, text=True, cwd=Path(__file__).parent.parent, timeout=300)
-    assert proc.returncode == -9, proc.stdout + proc.stderr
+    kill_submit_at(run.paths.root, point, "X=5", tmp_path)
     return run
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ import pytest
 from avo.engine import open_run, recover, start_run, submit
 from avo.state import read_trajectory, run_lock
 from tests.conftest import set_constants
-from tests.test_record_holds import DRIVER
+from tests.test_record_holds import kill_submit_at
 from tests.test_redteam_session6 import _avo
 
 # ``avo ARGS`` as a process, killed (and ``None``) if it still waits after two minutes.
@@ -87,11 +86,7 @@ def _killed_submit(toy: Path, runs_root: Path, tmp_path: Path, x: float,  # type
     set_constants(run.paths.work, x=5)
     assert submit(run, "v1").outcome == "accepted"
     set_constants(run.paths.work, x=x)
-    driver = tmp_path / "driver.py"
-    driver.write_text(DRIVER)
-    proc = subprocess.run([sys.executable, str(driver), point, str(run.paths.root), "killed"],
-                          capture_output=True, text=True, cwd=Path(__file__).parent.parent, timeout=300)
-    assert proc.returncode == -9, proc.stdout + proc.stderr
+    kill_submit_at(run.paths.root, point, "killed", tmp_path)
     return run
 
 
