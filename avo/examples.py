@@ -30,7 +30,7 @@ from avo.state import RunPaths, RunState, Version, parse_state, run_json_bytes
 
 if TYPE_CHECKING:
     from avo.evaluation import Evaluation
-    from avo.host_references import HostReference
+    from avo.host_references import HostReference, HostReferences
     from avo.models import TargetSpec
 
 BUNDLE = "lineage.bundle"
@@ -280,18 +280,23 @@ def verify_example(folder: Path, *, version: int | None = None, executor: str | 
                   f"measured {ev.scalar:.6g} {ev.result.metrics}")
         return Verification(same, wanted, ev.scalar, ev.result.metrics, detail, m.evaluator_changed)
     recorded_cpu = recorded_cpu_class(folder, wanted) or refs.recorded_on
-    ref = refs.find(m.cpu, wanted.n) if m.cpu != recorded_cpu else None
+    ref = _usable_reference(refs, m, wanted.n, recorded_cpu)
     if ref is not None:
         g = gain(ev.scalar, ref.scalar, spec.direction)
         ok = abs(g) <= band
         detail = (f"measured {ev.scalar:.6g} vs {ref.scalar:.6g}, this CPU class's reference (the middle of "
                   f"{len(ref.draws)} draws, {ref.measured}) ({g:+.2%}; noise band ±{band:.0%})")
-        note = (f"this CPU ({m.cpu}) is not the one the run was recorded on "
-                f"({recorded_cpu or 'not recorded'}): compared with the example's reference for it in "
-                f"hosts.json, not with the record ({wanted.scalar:.6g}, "
-                f"{gain(wanted.scalar, ref.scalar, spec.direction):+.2%} against that reference)")
-        if ref.evaluator and ref.evaluator != m.evaluator:
-            note += "; the installed evaluator differs from the one that reference was measured with"
+        against = (f"compared with the example's reference for it in hosts.json, not with the record "
+                   f"({wanted.scalar:.6g}, {gain(wanted.scalar, ref.scalar, spec.direction):+.2%} against that "
+                   "reference)")
+        if m.cpu == recorded_cpu:
+            note = (f"this CPU ({m.cpu}) is the one the run was recorded on, but the installed evaluator "
+                    f"differs from the run's, and the reference was measured with the installed one: {against}")
+        else:
+            note = (f"this CPU ({m.cpu}) is not the one the run was recorded on "
+                    f"({recorded_cpu or 'not recorded'}): {against}")
+            if ref.evaluator and ref.evaluator != m.evaluator:
+                note += "; the installed evaluator differs from the one that reference was measured with"
         return Verification(ok, wanted, ev.scalar, ev.result.metrics, detail, m.evaluator_changed, note)
     # A version accepted after re-measurements records their median; its secret replays the
     # first of them, which the submit record keeps: compare like with like.
@@ -304,7 +309,11 @@ def verify_example(folder: Path, *, version: int | None = None, executor: str | 
     what = "recorded" if first is None else f"its first measurement (recorded median {wanted.scalar:.6g})"
     detail = f"measured {ev.scalar:.6g} vs {what} {reference:.6g} ({g:+.2%}; noise band ±{band:.0%})"
     advice = None
-    if not ok and m.cpu != recorded_cpu:
+    if not ok and m.cpu == recorded_cpu and m.evaluator_changed:
+        advice = ("the installed evaluator differs from the one the run was measured with, so the record may "
+                  "not be what it measures now, on this CPU class too. `avo verify --record-host` measures "
+                  "this version here with the installed evaluator and keeps that as the reference (hosts.json)")
+    elif not ok and m.cpu != recorded_cpu:
         advice = (f"this CPU ({m.cpu}) is not the one the run was recorded on "
                 f"({recorded_cpu or 'the record does not say which'}), and the example has no reference "
                 "for it: a speedup moves between CPU models, so this mismatch may be the machine's, not "
@@ -343,9 +352,9 @@ def record_host_reference(folder: Path, *, version: int | None = None, draws: in
         m = _measure(folder, state, wanted, spec, executor, executor_options)
         if m.ev.scalar is None:
             raise AvoError(f"v{wanted.n} fails on this machine, nothing recorded: {m.ev.result.error}")
-        if m.cpu == recorded_cpu:
-            raise AvoError(f"this CPU ({m.cpu}) is the one the run was recorded on: its record is the "
-                           "reference here; nothing recorded")
+        if m.cpu == recorded_cpu and not m.evaluator_changed:
+            raise AvoError(f"this CPU ({m.cpu}) is the one the run was recorded on, with the evaluator the run "
+                           "used: its record is the reference here; nothing recorded")
         if measured and m.cpu != measured[0].cpu:
             raise AvoError(f"the draws ran on two CPU classes ({measured[0].cpu}, {m.cpu}); nothing recorded")
         measured.append(m)
@@ -366,6 +375,18 @@ def record_host_reference(folder: Path, *, version: int | None = None, draws: in
         evaluator=middle.evaluator)
     refs.put(ref)
     return ref, save_references(folder, refs)
+
+
+def _usable_reference(refs: HostReferences, m: _Measured, version: int, recorded_cpu: str | None
+                      ) -> HostReference | None:
+    """The reference in hosts.json a verify compares with, if any: one for this CPU class when
+    that is not the class the run was recorded on; on the record's own class, only one measured
+    with the evaluator installed now, and only when that differs from the run's (the record then
+    says what another evaluator measured)."""
+    ref = refs.find(m.cpu, version)
+    if ref is None or m.cpu != recorded_cpu:
+        return ref
+    return ref if m.evaluator_changed and ref.evaluator == m.evaluator else None
 
 
 def recorded_cpu_class(folder: Path, wanted: Version) -> str | None:

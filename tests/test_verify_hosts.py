@@ -210,6 +210,38 @@ def test_recording_a_reference_is_refused_where_it_would_mean_nothing(
         record_host_reference(det)
 
 
+def test_on_the_record_s_own_cpu_class_a_changed_evaluator_is_judged_by_a_reference_measured_with_it(
+        example: Path, machine: Path) -> None:
+    # attention_c's first run was recorded on a Zen 3 by an evaluator that has changed since
+    # (quads, the empty call subtracted): on a Zen 3 its record no longer reproduces, and the
+    # CPU class is the same, so only a reference measured with the installed evaluator can say
+    # what the version measures here.
+    scaled = (machine / "eval.py").read_text().replace("100.0 * ns", "80.0 * ns")
+    (machine / "eval.py").write_text(scaled)
+    before = verify_example(example)
+    assert not before.ok and before.evaluator_changed and before.scalar == pytest.approx(96.0)
+    assert before.host_note is not None and "installed evaluator differs" in before.host_note
+    assert "--record-host" in before.host_note
+
+    ref, _ = record_host_reference(example, draws=2)
+    assert ref.cpu == host_cpu.cpu_class() and ref.scalar == pytest.approx(96.0)
+    after = verify_example(example)
+    assert after.ok and "this CPU class's reference" in after.detail
+    assert after.host_note is not None and "is the one the run was recorded on, but the installed evaluator" \
+        in after.host_note and "not with the record (120, +25.00% against that reference)" in after.host_note
+
+    # That reference holds only for the evaluator it was measured with: another change, and
+    # the record is what verify compares with again (a mismatch), until one is measured anew.
+    (machine / "eval.py").write_text(scaled.replace("80.0 * ns", "70.0 * ns"))
+    again = verify_example(example)
+    assert not again.ok and "recorded 120" in again.detail
+    # With the evaluator the run used, the record is the reference and nothing is recorded.
+    (machine / "eval.py").write_text(EVALUATOR)
+    assert verify_example(example).ok
+    with pytest.raises(AvoError, match="is the one the run was recorded on, with the evaluator the run used"):
+        record_host_reference(example, draws=1)
+
+
 def test_the_command_prints_the_cpu_note_and_records_with_record_host(
         example: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(host_cpu, "cpu_class", lambda: OTHER_CPU)
