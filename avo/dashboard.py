@@ -224,8 +224,8 @@ class LiveDashboard:
         if not self._started:
             self.live.start()
             self._started = True
-        for note in data.get("notes") or []:
-            self.console.print(f"note: {note}")
+        for note in data.get("notes") or []:  # text, never markup: a path such as [/tmp/x] would raise
+            self.console.print(f"note: {note}", markup=False, highlight=False)
         self.live.refresh()
         if event == "stop":
             self.close()

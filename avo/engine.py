@@ -33,7 +33,7 @@ from avo.models import EvalJob, JobResult, TargetSpec, WorkLimits
 from avo.partials import builds_partials
 from avo.policy import confirm, first_look, single_decision
 from avo.prompts import fmt_number
-from avo.record_check import check_record
+from avo.record_check import SCORES_FILE, check_record
 from avo.record_format import clean_message, scores_file, scores_line, terms, terms_digest, trailer_lines
 from avo.regular_files import regain_folder, write_json_atomic
 from avo.state import (
@@ -60,7 +60,6 @@ from avo.work_guard import check_work_limits
 if TYPE_CHECKING:
     from avo.colony import Migrant
 
-SCORES_FILE = f"{META_DIR}/scores.jsonl"
 NOTES_TEMPLATE = """# NOTES
 
 Scratch memory for this run. avo never resets this file: record what you tried, what

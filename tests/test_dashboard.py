@@ -61,11 +61,12 @@ def test_live_dashboard_renders_to_a_console() -> None:
     console = Console(record=True, width=150, force_terminal=True, color_system=None)
     dash = LiveDashboard(console)
     p = _progress()
-    dash.handle("start", p, {"notes": ["recovered something"]})
+    dash.handle("start", p, {"notes": ["recovered something", "moved [/tmp/x] aside, [bold]kept[/bold]"]})
     p.stop_reason = "step budget reached (10/10 steps)"
     dash.handle("stop", p, {"reason": p.stop_reason})
     text = console.export_text()
     assert "recovered something" in text and "stopped: step budget reached" in text and "avo evolve" in text
+    assert "note: moved [/tmp/x] aside, [bold]kept[/bold]" in text  # a note is text, not markup
 
 
 def test_plain_reporter_prints_one_line_per_event() -> None:
