@@ -114,6 +114,9 @@ class SubmitOutcome:
     supervisor_due: bool = False
     supervisor_reason: str | None = None
     notes: list[str] = field(default_factory=list)
+    #: the gain the decision stood on (the candidate against the best; their medians after a
+    #: confirmation, so it matches ``reason``), None when nothing was decided on a score
+    gain: float | None = None
 
 
 # -- helpers -------------------------------------------------------------------------------
@@ -1134,6 +1137,7 @@ def submit(
         band = state.options.noise.band
         reason = ""
         accepted = new_best = False
+        decided: float | None = None
         scalar = evaluation.scalar
         confirm_info: dict[str, Any] | None = None
         first, again = evaluation, None  # again: the second look at a gain beyond the band
@@ -1170,6 +1174,7 @@ def submit(
             elif verdict != "confirm":
                 decision = single_decision(scalar, reference, best.n, direction, tie)
                 accepted, new_best, reason = decision.accepted, decision.new_best, decision.reason
+                decided = decision.gain
                 if len(measured) > 1:
                     reason += (f"; measured twice ({fmt_number(measured[0])}, {fmt_number(measured[1])}), "
                                "the lower kept")
@@ -1186,7 +1191,7 @@ def submit(
                 else:
                     decision = confirm(cand_runs, best_runs, direction, band)
                     accepted, new_best = decision.accepted, decision.new_best
-                    scalar, reason = decision.scalar, decision.reason
+                    scalar, reason, decided = decision.scalar, decision.reason, decision.gain
             outcome = "accepted" if accepted else "rejected"
 
         state.steps = step
@@ -1289,7 +1294,7 @@ def submit(
         if state.supervisor.due:
             append_trajectory(paths, {"kind": "supervisor_due", "step": step, "reason": state.supervisor.reason})
         return SubmitOutcome(step, outcome, evaluation, version, state.best_version, reason, diff_path,
-                             state.supervisor.due, state.supervisor.reason, notes)
+                             state.supervisor.due, state.supervisor.reason, notes, decided)
 
 
 def revert(run: Run, message: str | None = None) -> Path | None:

@@ -417,7 +417,6 @@ def _step(run: Run, config: EvolveConfig, info: BackendInfo, progress: Progress,
     in_flight.phase = "submit"
     progress.activity = f"step {attempt}: avo evaluating the work tree"
     report.handle("note", progress, {"text": progress.activity})
-    best_before = run.state.best_version.scalar
     event.parent = run.state.best_version.n
     try:
         out = submit(run, message, extra=usage)
@@ -438,8 +437,7 @@ def _step(run: Run, config: EvolveConfig, info: BackendInfo, progress: Progress,
     event.scalar = out.evaluation.scalar
     event.reason = out.reason
     event.where = out.evaluation.where
-    if out.evaluation.scalar is not None:
-        event.gain = gain(out.evaluation.scalar, best_before, state.target.direction)
+    event.gain = out.gain  # what the decision stood on, as its reason says
     if out.version is not None:
         event.version = out.version.n
         event.new_best = out.version.new_best
@@ -476,8 +474,7 @@ def _migration_step(run: Run, progress: Progress, report: Reporter, in_flight: _
                       message=f"migrant from {done.origin.island} v{done.origin.version}",
                       scalar=out.evaluation.scalar, reason=out.reason, wall_s=time.monotonic() - started,
                       parent=best_before.n, where=out.evaluation.where)
-    if out.evaluation.scalar is not None:
-        event.gain = gain(out.evaluation.scalar, best_before.scalar, run.state.target.direction)
+    event.gain = out.gain
     if out.version is not None:
         event.version, event.new_best, event.scalar = out.version.n, out.version.new_best, out.version.scalar
     return event

@@ -34,6 +34,7 @@ class Decision:
     new_best: bool
     scalar: float
     reason: str
+    gain: float  # what the decision stood on: the candidate against the best (medians after a confirmation)
 
 
 def is_tie(a: float, b: float, tolerance: float = TIE_TOLERANCE) -> bool:
@@ -66,12 +67,12 @@ def single_decision(
     candidate: float, best: float, best_n: int, direction: Direction, tie: float = TIE_TOLERANCE
 ) -> Decision:
     """The decision and its reason when one measurement decides (no noise confirmation)."""
-    if is_tie(candidate, best, tie):
-        return Decision(True, False, candidate, f"matches v{best_n} (tie within {fmt_tolerance(tie)})")
     g = gain(candidate, best, direction)
+    if is_tie(candidate, best, tie):
+        return Decision(True, False, candidate, f"matches v{best_n} (tie within {fmt_tolerance(tie)})", g)
     if g > 0:
-        return Decision(True, True, candidate, f"improves the best v{best_n} ({fmt_pct(g, 2)})")
-    return Decision(False, False, candidate, f"worse than the best v{best_n} ({fmt_pct(g, 2)})")
+        return Decision(True, True, candidate, f"improves the best v{best_n} ({fmt_pct(g, 2)})", g)
+    return Decision(False, False, candidate, f"worse than the best v{best_n} ({fmt_pct(g, 2)})", g)
 
 
 def confirm(candidate_runs: list[float], best_runs: list[float], direction: Direction, band: float) -> Decision:
@@ -80,8 +81,10 @@ def confirm(candidate_runs: list[float], best_runs: list[float], direction: Dire
     g = gain(mc, mb, direction)
     threshold = band / math.sqrt(max(1, min(len(candidate_runs), len(best_runs))))
     if g >= threshold:
-        return Decision(True, True, mc, f"confirmed: median {mc:.6g} vs {mb:.6g} ({g:+.2%}, needed {threshold:+.2%})")
+        return Decision(True, True, mc, f"confirmed: median {mc:.6g} vs {mb:.6g} ({g:+.2%}, needed {threshold:+.2%})",
+                        g)
     return Decision(
         False, False, mc,
         f"inside the noise band: median {mc:.6g} vs best re-measured {mb:.6g} ({g:+.2%}, needed {threshold:+.2%})",
+        g,
     )

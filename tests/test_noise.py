@@ -87,6 +87,34 @@ def test_a_real_gain_inside_the_band_is_confirmed(noisy: Path, runs_root: Path, 
     assert out.version.scalar == pytest.approx(104.5, rel=0.03)  # the median, not the first draw
 
 
+def test_an_evolve_step_reports_the_gain_its_decision_stood_on(noisy: Path, runs_root: Path, core_plugins: None,
+                                                               tmp_path: Path) -> None:
+    # A confirmed step's scalar is the candidate's median; the gain printed beside it was once its
+    # first draw against the best's record ("accepted (new best) scalar 1,386.0 (-2.7%)" in a
+    # quick game2048 run, whose reason said +37.23 % on the medians).
+    import io
+    import sys
+
+    from avo.contract import gain
+    from avo.dashboard import PlainReporter
+    from avo.evolve import EvolveConfig, evolve
+
+    run = start_run(str(noisy), runs_root)
+    agent = tmp_path / "agent.py"
+    agent.write_text(f"import os, pathlib\n(pathlib.Path(os.environ['AVO_WORK_DIR']) / 'model.py')"
+                     f".write_text('QUALITY = 1.045\\nSEED = 42\\n')\nprint('4.5 % better')\n")
+    buf = io.StringIO()
+    evolve(run, EvolveConfig(backend="mock", max_steps=1, options={"command": f"{sys.executable} {agent}"}),
+           PlainReporter(buf))
+    record = next(r for r in read_trajectory(run.paths) if r.get("kind") == "submit")
+    assert record["outcome"] == "accepted" and "confirmed" in record["reason"]
+    import statistics
+    decided = gain(statistics.median(record["confirm"]["candidate"]), statistics.median(record["confirm"]["best"]),
+                   "maximize")
+    line = next(x for x in buf.getvalue().splitlines() if "step 1: accepted" in x)
+    assert f"({decided:+.1%})" in line and f"{decided:+.2%}" in record["reason"], (line, record["reason"])
+
+
 def test_clear_gains_and_losses_are_decided_without_the_interleaved_confirmation(
         noisy: Path, runs_root: Path, core_plugins: None) -> None:
     run = start_run(str(noisy), runs_root)
