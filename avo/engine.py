@@ -972,10 +972,13 @@ def _check_can_step(state: RunState) -> None:
         )
 
 
-def _confirm_runs(run: Run, tree: str, measured: list[float]) -> tuple[list[float], list[float], list[str]]:
+def _confirm_runs(run: Run, tree: str, measured: list[Evaluation]
+                  ) -> tuple[list[float], list[float], list[str | None], list[str]]:
     """Re-measure candidate and best alternately; failures of either abort the confirmation.
 
-    ``measured``: the candidate's scores so far (they count with its re-measurements).
+    ``measured``: the candidate's evaluations so far (they count with its re-measurements).
+    Returns the candidate's scores and the secret each drew its inputs with (so ``avo verify``
+    can replay every draw the median came from), the best's scores, and the errors.
 
     With room on the executor the pairs run at the same time, each best next to its
     candidate on the same resource shape, so drift still hits both alike.
@@ -994,16 +997,20 @@ def _confirm_runs(run: Run, tree: str, measured: list[float]) -> tuple[list[floa
             done.extend(_run_jobs(run, [job]))
             if done[-1].scalar is None:
                 break
-    cand, best, errors = list(measured), [], []
+    cand = [e.scalar for e in measured if e.scalar is not None]
+    drew = [e.secret for e in measured if e.scalar is not None]
+    best: list[float] = []
+    errors: list[str] = []
     for b, c in zip(done[0::2], done[1::2], strict=False):
         if b.scalar is None or c.scalar is None:
             errors.append((b.result.error if b.scalar is None else c.result.error) or "failed")
             break
         best.append(b.scalar)
         cand.append(c.scalar)
+        drew.append(c.secret)
     if not errors and len(done) % 2 and done[-1].scalar is None:
         errors.append(done[-1].result.error or "failed")
-    return cand, best, errors
+    return cand, best, drew, errors
 
 
 def _update_supervisor(state: RunState, fingerprint: str | None, outcome: str) -> None:
@@ -1182,10 +1189,13 @@ def submit(
                 say(f"gain {gain(measured[-1], reference, direction):+.1%} is inside the noise band "
                     f"(±{band:.0%}): re-measuring the candidate and "
                     f"v{best.n} {state.options.noise.confirm_runs}× each, interleaved ...")
-                cand_runs, best_runs, errors = _confirm_runs(run, tree, measured)
+                looks = [first] if again is None else [first, again]
+                cand_runs, best_runs, cand_secrets, errors = _confirm_runs(run, tree, looks)
                 if best_runs:
                     state.remeasured.setdefault(best.n, []).extend(best_runs)
                 confirm_info = {"candidate": cand_runs, "best": best_runs}
+                if all(cand_secrets):  # every draw the median comes from can be replayed (avo verify)
+                    confirm_info["candidate_secrets"] = cand_secrets
                 if errors:
                     reason = f"a confirmation run failed: {errors[0]}"
                 else:

@@ -294,3 +294,89 @@ def test_a_damaged_example_record_is_named_in_one_line(example: Path, text: str,
     result = CliRunner().invoke(app, ["verify", str(example)])
     assert result.exit_code == 1 and said in result.output, result.output
     assert "Traceback" not in result.output and "errors.pydantic.dev" not in result.output
+
+
+# A target whose draws spread as widely as game2048's quick mode (two games a draw): the score
+# follows the evaluation's secret (its first eight hex digits are the draw's factor in
+# thousandths), so a replay with the same secret measures the same.
+DRAWN = textwrap.dedent(
+    '''
+    from pathlib import Path
+
+    from avo import hookimpl
+    from avo.models import EvalResult, NoiseSpec, TargetSpec
+
+    SPEC = TargetSpec(name="drawn", entrypoint="quality.txt", noise=NoiseSpec(band=0.1, confirm_runs=3))
+
+
+    @hookimpl
+    def avo_targets():
+        return [SPEC]
+
+
+    @hookimpl
+    def avo_seed(target, dest):
+        (Path(dest) / "quality.txt").write_text("1.0\\n")
+
+
+    @hookimpl
+    def avo_knowledge(target, dest):
+        (Path(dest) / "about.md").write_text("# drawn\\n")
+
+
+    @hookimpl
+    def avo_evaluate(target, workdir, options):
+        factor = int(options.secret[:8], 16) / 1000
+        quality = float((Path(workdir) / "quality.txt").read_text())
+        return EvalResult(correct=True, metrics={"score": 100.0 * quality * factor})
+    '''
+)
+
+
+def test_a_median_far_from_its_first_draw_verifies_by_replaying_every_draw(
+        tmp_path: Path, runs_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The README's own main job (game2048, classic, quick) accepted v3 on the medians, 1,386
+    # (draws 1,922, 966, 1,056, 1,716): `avo verify` replayed only the first draw and read
+    # MISMATCH (+38.67 %), and the islands test failed on it by chance.
+    import sys
+
+    import avo.engine
+    from avo import plugins
+    from tests.conftest import install_plugin
+
+    install_plugin(tmp_path / "site", monkeypatch, "avo_target_drawn", DRAWN, name="avo-target-drawn",
+                   version="0.1", entry="drawn")
+    # The seed draws 1.0; the candidate's first draw 1.0 (+5 %, inside the band: confirmed), then
+    # best and candidate alternately 0.7 and 0.8: candidate median 84 against the best's 70.
+    factors = iter([1000, 1000, 700, 800, 700, 800, 700, 800])
+    real = avo.engine.secrets.token_hex
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(avo.engine.secrets, "token_hex",
+                          lambda n=None: f"{next(factors):08x}{real(12)}" if n == 16 else real(n))
+            run = start_run("drawn", runs_root)
+            (run.paths.work / "quality.txt").write_text("1.05\n")
+            out = submit(run, "5 % better")
+        assert out.outcome == "accepted" and out.version is not None, out.reason
+        assert out.version.scalar == pytest.approx(84.0)
+        record = read_trajectory(run.paths)[-1]
+        assert record["confirm"]["candidate"] == pytest.approx([105.0, 84.0, 84.0, 84.0])
+        assert len(record["confirm"]["candidate_secrets"]) == 4
+        assert record["confirm"]["candidate_secrets"][0] == record["secret"] == out.version.secret
+        dest = tmp_path / "example"
+        export_run(run, dest, plot=False)
+
+        result = verify_example(dest)
+        assert result.ok, result.detail
+        assert result.scalar == pytest.approx(84.0) and "over the 4 recorded draws, each replayed" in result.detail
+
+        # The draws must be those the median was taken of: a record whose median is not theirs
+        # (a draw edited) is compared with its first draw's replay, as before, and fails.
+        lines = (dest / "trajectory.jsonl").read_text().splitlines()
+        forged = json.loads(lines[-1])
+        forged["confirm"]["candidate"] = [105.0, 84.0, 84.0, 120.0]
+        (dest / "trajectory.jsonl").write_text("\n".join([*lines[:-1], json.dumps(forged)]) + "\n")
+        assert not verify_example(dest).ok
+    finally:
+        sys.modules.pop("avo_target_drawn", None)
+        plugins.reset_plugin_manager()
