@@ -101,8 +101,8 @@ def test_an_evolve_step_reports_the_gain_its_decision_stood_on(noisy: Path, runs
 
     run = start_run(str(noisy), runs_root)
     agent = tmp_path / "agent.py"
-    agent.write_text(f"import os, pathlib\n(pathlib.Path(os.environ['AVO_WORK_DIR']) / 'model.py')"
-                     f".write_text('QUALITY = 1.045\\nSEED = 42\\n')\nprint('4.5 % better')\n")
+    agent.write_text("import os, pathlib\n(pathlib.Path(os.environ['AVO_WORK_DIR']) / 'model.py')"
+                     ".write_text('QUALITY = 1.045\\nSEED = 42\\n')\nprint('4.5 % better')\n")
     buf = io.StringIO()
     evolve(run, EvolveConfig(backend="mock", max_steps=1, options={"command": f"{sys.executable} {agent}"}),
            PlainReporter(buf))
