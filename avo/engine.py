@@ -672,6 +672,11 @@ def command_warnings(spec: TargetSpec) -> list[str]:
             out.append(f"the {label} command of target {spec.name!r} names {named!r} instead of {{python}}: it runs "
                        f"whichever {named} is first on PATH, whose packages may differ from avo's ({sys.executable}); "
                        "write \"{python}\" in target.yaml")
+    if spec.evaluate_command is not None and not spec.isolate_candidate:
+        out.append(f"the evaluator of target {spec.name!r} shares its sandbox with the candidate processes it "
+                   "starts, which can reach its stdout (where its result goes) through /proc; set `isolation: "
+                   "candidate` under `evaluate:` in target.yaml and start them through $AVO_CANDIDATE_PREFIX "
+                   "(docs/TARGETS.md, Isolation)")
     return out
 
 

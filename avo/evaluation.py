@@ -3,7 +3,9 @@
 Plugin targets run :mod:`avo.evaluator` from the run's private evaluator copy with
 ``python -I``, outside the sandbox (the evaluator is the judge; the candidate processes it
 starts are sandboxed), and answer on a private result pipe. Directory targets run their
-configured command inside the sandbox, from the copy, and answer on stdout. Either way
+configured command from the copy and answer on stdout: inside the sandbox as a whole, or, with
+``isolation: candidate``, outside it, starting each candidate process through the sandbox
+command avo hands them in ``$AVO_CANDIDATE_PREFIX`` (then no candidate can reach that stdout). Either way
 :func:`avo.runner.run_child` supplies the timeout, the limits, the output caps and the
 strict parsing of the contract.
 """
@@ -130,6 +132,8 @@ def _launch(
     timeout = spec.baseline_timeout if baselines else spec.eval_timeout
     env = {"AVO_QUICK": "1" if quick else "0", "AVO_SANDBOX": rt.sandbox, "PYTHONUNBUFFERED": "1"}
     rt.scratch.mkdir(parents=True, exist_ok=True)
+    if template is not None and spec.isolate_candidate:
+        return _launch_isolating(spec, rt, workdir, log_path, template, timeout, env, pid_file)
     if template is not None:  # a directory target: its whole command is sandboxed
         cmd = _fill(template, rt.copy_root, workdir)
         logs = rt.scratch / "logs"
@@ -165,6 +169,33 @@ def _launch(
     cwd.mkdir(exist_ok=True)
     return run_child(cmd, cwd=cwd, timeout=timeout, limits=spec.limits, log_path=log_path, env=child_env,
                      pid_file=pid_file, result_channel=True)
+
+
+def _launch_isolating(
+    spec: TargetSpec, rt: Runtime, workdir: Path | None, log_path: Path, template: list[str], timeout: float,
+    env: dict[str, str], pid_file: Path | None,
+) -> ChildOutcome:
+    """Run a directory target's evaluator outside the sandbox (``isolation: candidate``).
+
+    Its candidate processes start inside one, each through ``$AVO_CANDIDATE_PREFIX``: in a PID
+    namespace of their own they cannot reach the evaluator's stdout (``/proc/<pid>/fd/1``), where
+    its result goes. They may write the workdir alone.
+    """
+    from avo.sandbox import CANDIDATE_PREFIX_ENV, Sandbox, candidate_prefix, installed_package_dirs
+
+    box = Sandbox(writable=(workdir,) if workdir is not None else (), hide=tuple(installed_package_dirs()),
+                  env={**(spec.settings or {}), **env}, cwd=workdir)
+    prefix = candidate_prefix(box, rt.sandbox)
+    cwd = rt.scratch / "cwd"  # never the candidate's folder: nothing there can be imported
+    cwd.mkdir(exist_ok=True)
+    logs = rt.scratch / "logs"  # kept beside the run's log afterwards, as a sandboxed evaluator's
+    logs.mkdir(exist_ok=True)
+    child_env = {**pinned_settings(inherited_env(), spec), **env, "AVO_LOG_DIR": str(logs),
+                 CANDIDATE_PREFIX_ENV: json.dumps(prefix)}
+    outcome = run_child(_fill(template, rt.copy_root, workdir), cwd=cwd, timeout=timeout, limits=spec.limits,
+                        log_path=log_path, env=child_env, pid_file=pid_file)
+    _keep_logs(logs, log_path)
+    return outcome
 
 
 @contextmanager

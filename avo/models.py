@@ -102,7 +102,8 @@ class TargetResources(BaseModel):
 
 
 _CODE_LOADING = ("LD_", "PYTHON")
-_AVO_OWN = frozenset({"AVO_QUICK", "AVO_SANDBOX", "AVO_LOG_DIR", "AVO_EVAL_SECRET"})  # what avo sets per evaluation
+# What avo sets per evaluation.
+_AVO_OWN = frozenset({"AVO_QUICK", "AVO_SANDBOX", "AVO_LOG_DIR", "AVO_EVAL_SECRET", "AVO_CANDIDATE_PREFIX"})
 
 
 class TargetSpec(BaseModel):
@@ -137,6 +138,10 @@ class TargetSpec(BaseModel):
     directory: Path | None = None
     evaluate_command: list[str] | None = None
     baselines_command: list[str] | None = None
+    isolate_candidate: bool = Field(
+        False, description="A directory target's evaluator runs outside the sandbox and starts every candidate "
+        "process inside one, through the command in $AVO_CANDIDATE_PREFIX (target.yaml `isolation: candidate`); "
+        "otherwise its whole command is sandboxed, with the candidate processes it starts beside it")
     settings_env: list[str] = Field(
         default_factory=list, description="Environment variables the evaluator reads as settings (a thread "
         "count, a dtype): their values when a run starts are recorded in `settings`, and every evaluation "

@@ -213,6 +213,24 @@ def wrap(argv: Sequence[str], box: Sandbox, level: Level | None = None) -> tuple
     return [*bwrap_args(box), *argv], env
 
 
+CANDIDATE_PREFIX_ENV = "AVO_CANDIDATE_PREFIX"
+
+
+def candidate_prefix(box: Sandbox, level: Level) -> list[str]:
+    """The words to put before a program's argv so that it runs inside ``box`` at ``level``.
+
+    A directory target with ``isolation: candidate`` receives them, as a JSON list, in
+    ``$AVO_CANDIDATE_PREFIX``. Empty at level ``none``; otherwise a bubblewrap command line
+    ending in ``--`` that sets the whole environment inside.
+    """
+    if level == "none":
+        return []
+    ok, why = probe()
+    if not ok:
+        raise SandboxError(f"this run evaluates in a bubblewrap sandbox but {why}")
+    return bwrap_args(box)
+
+
 def popen(argv: Sequence[str], box: Sandbox, *, level: Level | None = None, **kwargs: Any) -> subprocess.Popen[Any]:
     """Start ``argv`` inside ``box``: its own session, the sandbox's environment.
 

@@ -485,13 +485,13 @@ def test_time_bounds_the_colony_as_a_whole(toy: Path, runs_root: Path, scripts: 
     """`--time` is the colony's wall time: every island stops when it is spent, far short of
     a step budget the islands could not reach in it (island-2's agent takes 2 s a step)."""
     env = _env(scripts, runs_root, AGENT_LAG="2")
-    res = _avo(["evolve", "--target", str(toy), "--backend", "mock", "--islands", "2", "--max-steps", "40",
+    res = _avo(["evolve", "--target", str(toy), "--backend", "mock", "--islands", "2", "--max-steps", "1000",
                 "--time", "8s", "--plain"], env)
     assert res.returncode == 0, res.stderr
     assert "time budget spent" in res.stdout, res.stdout
     colony = _colony(runs_root)
     taken = [steps_taken(read_trajectory(_island(colony, k).paths)) for k in (1, 2)]
-    assert all(0 < n < 40 for n in taken), taken
+    assert all(0 < n < 1000 for n in taken), taken
     assert taken[1] <= 5, taken  # 2 s a step for 8 s; each island may finish the step it started
 
 

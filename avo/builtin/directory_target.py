@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -58,6 +58,10 @@ class _Evaluate(BaseModel):
     timeout: float = 1800.0
     limits: ResourceLimits = Field(default_factory=ResourceLimits)
     quick: bool = False  # the evaluator has a cheaper mode when AVO_QUICK=1
+    # evaluator: the whole command runs in the sandbox, its candidate processes beside it (and able
+    # to reach it: its stdout through /proc). candidate: the evaluator runs outside, and starts each
+    # candidate process through $AVO_CANDIDATE_PREFIX, in a sandbox of its own.
+    isolation: Literal["evaluator", "candidate"] = "evaluator"
 
     _placeholders = field_validator("command")(_check_placeholders)
 
@@ -201,6 +205,7 @@ def spec_from_folder(folder: Path) -> TargetSpec:
         resources=tf.resources,
         directory=folder,
         evaluate_command=tf.evaluate.command,
+        isolate_candidate=tf.evaluate.isolation == "candidate",
         baselines_command=tf.baselines.command if tf.baselines else None,
         provider="directory",
     )
