@@ -25,7 +25,7 @@ from avo.contract import failed, geometric_mean
 from avo.eval_inputs import derived_seed
 from avo.models import EvalOptions, EvalResult
 
-from avo_target_attention_c.build import PROTOTYPE, SYMBOL, BuildError, compile_kernel
+from avo_target_attention_c.build import PROTOTYPE, SERVE_PROTOTYPE, SYMBOL, BuildError, compile_kernel, compile_serve
 from avo_target_attention_c.roofline import Probe, roof_note
 from avo_target_attention_c.sandbox import SandboxFailure, Worker, choose_cpus
 from avo_target_attention_c.settings import ATOL, RTOL, D, Plan, plan
@@ -37,6 +37,30 @@ class GateFailure(Exception):
 
 class TooBusyToTime(Exception):
     """The wall clock moved too much to time anything (more than one thread per side)."""
+
+
+class Implausible(Exception):
+    """A config was measured doing more useful work per second than the machine's FMA roofline allows."""
+
+
+# Useful flops per second over this many times the FMA probe's rate beside the same calls is
+# not a fast kernel but a broken measurement (work done off the clock, a kernel answering
+# requests itself with less plumbing than the empty call subtracted): every useful flop of
+# attention is half of an FMA, and the probe runs the widest FMA the compiler has, on every pipe.
+# The margin covers the probe's own noise (its median beside the calls moves a few percent).
+MAX_ROOF = 1.2
+
+
+def beyond_roof(key: str, gflops: float, roof: float | None, quick: bool) -> str | None:
+    """Why ``key`` cannot be scored at ``gflops`` against the probe's ``roof``, or ``None``.
+
+    Quick mode's configs take microseconds, most of them the empty call subtracted, so their
+    rates are not held against the roof.
+    """
+    if quick or roof is None or roof <= 0 or gflops <= MAX_ROOF * roof:
+        return None
+    return (f"{key} measured {gflops:.0f} GFLOP/s of useful work, {gflops / roof:.2f}x the FMA roofline measured "
+            f"beside its calls ({roof:.0f} GFLOP/s; over {MAX_ROOF:g}x is refused)")
 
 
 def log(msg: str) -> None:
@@ -158,10 +182,19 @@ def max_floats(p: Plan) -> int:
 
 
 def _call(box: Worker, who: str, heads: int, n: int, causal: bool, timeout: float, what: str) -> Any:
-    req = {"op": "call" if who == "kernel" else who, "heads": heads, "n": n, "d": D, "causal": causal}
-    cost = box.request(req, timeout, what)
+    if box.serving:  # the request loop in C (timed calls)
+        cost = box.call(heads, n, D, causal, timeout, what)
+    else:
+        req = {"op": "call" if who == "kernel" else who, "heads": heads, "n": n, "d": D, "causal": causal}
+        cost = box.request(req, timeout, what)
     box.audit(what, cost)
     return cost
+
+
+def load_request(library: Path, serve: Path) -> dict[str, str]:
+    """The worker's ``load`` request: the kernel, and our request loop (:func:`build.compile_serve`)."""
+    return {"op": "load", "library": str(library), "cdef": PROTOTYPE, "symbol": SYMBOL,
+            "serve": str(serve), "serve_cdef": SERVE_PROTOTYPE}
 
 
 def _check_memory(box: Worker, q: Any, k: Any, v: Any, what: str) -> Any:
@@ -297,16 +330,16 @@ EMPTY_KERNEL = "void attention(const float *q, const float *k, const float *v, f
     "    (void)heads; (void)n; (void)d; (void)causal;\n}\n"
 
 
-def empty_twin(scratch: Path, threads: int) -> Worker:
-    """The twin worker of an evaluation, with the empty kernel built and loaded (``scratch`` its own)."""
+def empty_twin(scratch: Path, threads: int, serve: Path) -> Worker:
+    """The twin worker of an evaluation, with the empty kernel built and loaded (``scratch`` its
+    own; ``serve`` the request loop, :func:`build.compile_serve`)."""
     source = scratch / "empty"
     source.mkdir(parents=True)
     (source / "kernel.c").write_text(EMPTY_KERNEL)
     build = compile_kernel(source, scratch / "empty-build")
-    twin = Worker(scratch / "worker", threads, 1, readable=(build.library.parent,), candidate=False)
+    twin = Worker(scratch / "worker", threads, 1, readable=(build.library.parent, serve.parent), candidate=False)
     try:
-        twin.request({"op": "load", "library": str(build.library), "cdef": PROTOTYPE, "symbol": SYMBOL},
-                     60.0, "loading the empty kernel into the twin worker")
+        twin.request(load_request(build.library, serve), 60.0, "loading the empty kernel into the twin worker")
     except BaseException:
         twin.close()
         raise
@@ -341,7 +374,7 @@ def _pairs(box: Worker, twin: Worker, jd: Judge, p: Plan, cfg: Any, who: str, se
     config's earlier rounds) and this round: a slow phase of the machine lengthens the
     round, up to its maximum, instead of filling it.
 
-    What a call costs besides the kernel (the worker's socket read, JSON, cffi dispatch and
+    What a call costs besides the kernel (the request loop's socket read, the call and the
     reply) is the same request to an empty function (:data:`EMPTY_KERNEL`, ours), timed right
     after every candidate call, under the same conditions (caches taken by the reference, the
     checks and the kernel), in ``twin``: a second worker that never loads candidate code, so
@@ -361,6 +394,10 @@ def _pairs(box: Worker, twin: Worker, jd: Judge, p: Plan, cfg: Any, who: str, se
     # Warm-up: page in both code paths and buffers once, untimed (but checked). The
     # reference last, so the first pair's reference, like every reference-first pair's,
     # follows a reference call.
+    if who == "kernel":  # timed calls go through the request loop in C, in both workers (build.SERVE_SOURCE)
+        box.serve()
+        twin.serve()
+    empty = {"op": "call", "heads": heads, "n": n, "d": D, "causal": causal}  # torch's plumbing: JSON both sides
     q, k, v = make_inputs(seed - 1, heads, n, D)
     box.put(q, k, v)
     _call(box, who, heads, n, causal, timeout, f"warming up {cfg.key}")
@@ -371,7 +408,6 @@ def _pairs(box: Worker, twin: Worker, jd: Judge, p: Plan, cfg: Any, who: str, se
     min_time, max_time = p.min_time / rounds, p.max_time / rounds
     pairs: list[tuple[float, Any]] = []  # (t_ref, the candidate call's cost), the empty call not yet subtracted
     empties: list[Any] = []
-    empty = {"op": "call", "heads": heads, "n": n, "d": D, "causal": causal}
     rates: list[float] = []
     started = time.perf_counter()
     for r in range(max_pairs):
@@ -385,11 +421,15 @@ def _pairs(box: Worker, twin: Worker, jd: Judge, p: Plan, cfg: Any, who: str, se
             t_ref = jd.time_reference(q, k, v, ref_out, causal)
         box.put(q, k, v)
         cost = _call(box, who, heads, n, causal, timeout, f"running {what}")
-        empties.append(twin.request(empty, 10.0, f"timing the empty call beside {what}"))
+        blank = (twin.call(heads, n, D, causal, 10.0, f"timing the empty call beside {what}") if twin.serving
+                 else twin.request(empty, 10.0, f"timing the empty call beside {what}"))
         if not reference_first:
             t_ref = jd.time_reference(q, k, v, ref_out, causal)
         if check:
             check_timed(box, jd, q, k, v, causal, p.spot_rows, what)
+        # What either worker ran between its reply and now (the check has read out) is its call's.
+        cost = box.settle(cost)
+        empties.append(twin.settle(blank))
         if cost.after_busy_gap:
             continue  # the worker ran before this call (the host, or the kernel): not timed
         pairs.append((t_ref, cost))
@@ -403,6 +443,9 @@ def _pairs(box: Worker, twin: Worker, jd: Judge, p: Plan, cfg: Any, who: str, se
             break
         if elapsed >= max_time and len(pairs) >= 4:
             break
+    for worker in (box, twin):
+        if worker.serving:
+            worker.unserve()
     box.audit_tree(f"timing {cfg.key}")
     if len(pairs) % 2:  # a left-out call ended the round mid-quad: only whole quads
         pairs.pop()
@@ -445,6 +488,7 @@ def measure(box: Worker, twin: Worker, jd: Judge, p: Plan, who: str, seed: int, 
             rates[cfg.key] += got.probe
             plumbing.append(got.plumbing)
     slow: list[str] = []
+    implausible: list[str] = []
     unsteady: list[str] = []
     contended: list[str] = []
     steadiness: list[str] = []
@@ -476,8 +520,16 @@ def measure(box: Worker, twin: Worker, jd: Judge, p: Plan, who: str, seed: int, 
         if rates[cfg.key]:
             roof = statistics.median(rates[cfg.key])
             line += f"{roof:>7.0f}{gflops / roof:>6.0%}"
+            why = beyond_roof(cfg.key, gflops, roof, p.quick)
+            if why is not None:
+                implausible.append(why)
         lines.append(line)
         report(line)
+    if implausible:
+        raise Implausible(
+            "not scored: faster than this machine can compute: " + "; ".join(implausible)
+            + ". A kernel's time must include all its work, done while the call runs, in the worker's own "
+            "request loop; the full table is in the evaluation log")
     if contended:
         raise TooBusyToTime(
             f"not timed: the machine was too busy for a {jd.threads}-thread measurement on the wall clock: "
@@ -499,6 +551,12 @@ def measure(box: Worker, twin: Worker, jd: Judge, p: Plan, who: str, seed: int, 
         line = (f"{len(box.busy_gaps)} timed call(s) left out: the worker used "
                 f"{', '.join(f'{g * 1e3:.1f}' for g in box.busy_gaps)} ms of CPU since its previous reply "
                 "(a host that took the CPU, or work after returning)")
+        lines.append(line)
+        report(line)
+    if box.late_work:
+        line = (f"{len(box.late_work)} timed call(s) charged CPU the worker used after replying, before their "
+                f"output was checked (work finished after returning is the call's): up to "
+                f"{max(box.late_work) * 1e3:.2f} ms")
         lines.append(line)
         report(line)
     if slow:
@@ -565,12 +623,13 @@ def evaluate(workdir: Path, options: EvalOptions) -> EvalResult:
         try:
             # The twin first: without a sandbox, the candidate's worker counts the processes
             # started after it as the kernel's children.
-            with judge(p.threads) as jd, empty_twin(scratch / "twin", p.threads) as twin, \
-                    Worker(scratch / "sandbox", p.threads, max_floats(p), readable=(build.library.parent,)) as box:
+            serve = compile_serve(scratch / "serve")
+            with judge(p.threads) as jd, empty_twin(scratch / "twin", p.threads, serve) as twin, \
+                    Worker(scratch / "sandbox", p.threads, max_floats(p),
+                           readable=(build.library.parent, serve.parent)) as box:
                 threads = _thread_note(jd, p.threads)
                 log(threads)
-                box.request({"op": "load", "library": str(build.library), "cdef": PROTOTYPE, "symbol": SYMBOL},
-                            60.0, "loading the compiled kernel")
+                box.request(load_request(build.library, serve), 60.0, "loading the compiled kernel")
                 box.audit("loading the kernel (its constructors ran)")
                 worst, where = run_gate(box, p, gate_seed)
                 log(f"gate passed: {len(p.gate)} shapes, worst error {worst:.3f} of the tolerance ({where})")
@@ -581,7 +640,7 @@ def evaluate(workdir: Path, options: EvalOptions) -> EvalResult:
                     probe.size(PROBE_S)
                 metrics, spread, table = measure(box, twin, jd, p, "kernel", bench_seed, probe=probe)
                 clock = _clock_note(p.threads)
-        except (GateFailure, SandboxFailure, TooBusyToTime, BuildError) as exc:
+        except (GateFailure, SandboxFailure, TooBusyToTime, Implausible, BuildError) as exc:
             log(f"failed: {exc}")
             return failed(str(exc))
     scalar = geometric_mean(metrics.values())
@@ -614,7 +673,7 @@ def baselines(options: EvalOptions) -> dict[str, EvalResult]:
         try:
             # torch runs in the sandbox worker like a candidate, timed the same way from here.
             with tempfile.TemporaryDirectory(prefix="avo-attention-c-") as tmp, judge(p.threads) as jd, \
-                    empty_twin(Path(tmp) / "twin", p.threads) as twin, \
+                    empty_twin(Path(tmp) / "twin", p.threads, compile_serve(Path(tmp) / "serve")) as twin, \
                     Worker(Path(tmp) / "box", p.threads, max_floats(p), candidate=False) as box:
                 metrics, spread, table = measure(box, twin, jd, p, "torch",
                                                  derived_seed(options, None, "attention_c torch"))

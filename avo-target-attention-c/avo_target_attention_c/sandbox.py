@@ -6,7 +6,8 @@ it only ever runs in a worker started inside avo's sandbox (:mod:`avo.sandbox`: 
 with a fresh ``/tmp``, ``$HOME`` and PID namespace, this package hidden), from a copy of
 :mod:`avo_target_attention_c.worker` in a fresh scratch folder per evaluation. Inputs and
 outputs travel through a memfd mapped by both sides; requests and replies are JSON lines
-on a socket (never pickle: nothing the worker sends can run code here).
+on a socket (never pickle: nothing the worker sends can run code here), except timed calls,
+which a request loop in C of ours serves (:meth:`Worker.serve`, :data:`build.SERVE_SOURCE`).
 
 Everything that judges lives here, outside the worker: the clock (the worker's CPU time read
 from this process with ``clock_gettime`` on its process CPU clock, exact to the nanosecond
@@ -27,9 +28,11 @@ import shutil
 import signal
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -62,6 +65,9 @@ AFTER_PUT_S = 0.0001
 # or this fraction of the CPU of the calls themselves, whichever is more.
 IDLE_TOTAL_S = 0.25
 IDLE_TOTAL_FRACTION = 0.25
+# CPU a worker shows between its reply and the check of the call's output over which the
+# notes name the call (all of it is charged to the call either way: see Worker.settle).
+LATE_NOTE_S = 0.00005
 _CPUCLOCK_SCHED = 2  # Linux: clockid of a process's CPU clock is (~pid << 3) | 2
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -78,6 +84,10 @@ class CallTime:
     main: float
     wall: float
     after_busy_gap: bool = False  # the worker used CPU since its last reply (IDLE_S) or its inputs (AFTER_PUT_S)
+
+    def plus(self, cpu: float) -> CallTime:
+        """This call with ``cpu`` more seconds of the worker's CPU charged to it."""
+        return CallTime(self.cpu + cpu, self.main, self.wall, self.after_busy_gap)
 
 
 def _signal_text(returncode: int) -> str:
@@ -188,10 +198,12 @@ class Worker:
             theirs.close()
             os.close(shm)
         self._buffer = b""
+        self.serving = False  # the request loop in C has the socket (serve/unserve)
         self._last_cpu: int | None = None
         self._idle_total = 0.0  # CPU seconds the worker used between replies and requests
         self._calls_total = 0.0  # and during requests
         self.busy_gaps: list[float] = []  # CPU seconds of each gap over IDLE_S (or AFTER_PUT_S, more threads)
+        self.late_work: list[float] = []  # CPU seconds charged to timed calls by settle(), over LATE_NOTE_S
         self._put: tuple[int, int] | None = None  # the worker's clocks when the last inputs were written
         self._started = False
         self._reply(START_TIMEOUT_S, "starting the sandbox worker")
@@ -272,8 +284,30 @@ class Worker:
             return 0
 
     def _reply(self, timeout: float, what: str) -> dict[str, Any]:
+        self._read_until(lambda buffer: b"\n" in buffer, timeout, what)
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            reply = None
+        if not isinstance(reply, dict):
+            self._kill()
+            raise SandboxFailure(f"the sandbox worker sent something that is not a reply while {what}")
+        if "error" in reply:
+            raise SandboxFailure(f"{reply['error']} (while {what})")
+        return reply
+
+    def _byte(self, expected: bytes, timeout: float, what: str) -> None:
+        """The request loop's one-byte reply (:data:`build.SERVE_SOURCE`)."""
+        self._read_until(bool, timeout, what)
+        got, self._buffer = self._buffer[:1], self._buffer[1:]
+        if got != expected or self._buffer:
+            self._kill()
+            raise SandboxFailure(f"the sandbox worker sent something that is not a reply while {what}")
+
+    def _read_until(self, enough: Callable[[bytes], bool], timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
-        while b"\n" not in self._buffer:
+        while not enough(self._buffer):
             left = deadline - time.monotonic()
             if left <= 0:
                 self._kill()
@@ -293,17 +327,6 @@ class Worker:
             if len(self._buffer) > MAX_REPLY:
                 self._kill()
                 raise SandboxFailure(f"the sandbox worker sent a reply of over {MAX_REPLY} bytes while {what}")
-        line, self._buffer = self._buffer.split(b"\n", 1)
-        try:
-            reply = json.loads(line)
-        except ValueError:
-            reply = None
-        if not isinstance(reply, dict):
-            self._kill()
-            raise SandboxFailure(f"the sandbox worker sent something that is not a reply while {what}")
-        if "error" in reply:
-            raise SandboxFailure(f"{reply['error']} (while {what})")
-        return reply
 
     def _died(self, what: str) -> None:
         try:
@@ -321,7 +344,39 @@ class Worker:
         raise SandboxFailure(f"the sandbox worker exited ({how}) while {what}: did the kernel call exit()?")
 
     def request(self, req: dict[str, Any], timeout: float, what: str) -> CallTime:
-        """Send one request, wait for its reply, and return what it cost as seen from here."""
+        """Send one JSON request, wait for its reply, and return what it cost as seen from here."""
+        if self.serving:
+            raise RuntimeError("the worker's request loop in C is serving: unserve() before a JSON request")
+        return self._timed((json.dumps(req) + "\n").encode(), lambda: self._reply(timeout, what), what)
+
+    def serve(self) -> None:
+        """Hand the worker's socket to the request loop in C (loaded with the kernel): timed
+        calls then go through :meth:`call`, until :meth:`unserve`."""
+        try:
+            self.sock.sendall(b'{"op": "serve"}\n')
+        except OSError:
+            self._died("starting the request loop")
+        self._byte(b"S", 10.0, "starting the request loop")
+        self.serving = True
+
+    def unserve(self) -> None:
+        """Back to JSON requests (the loop answers the stop with the serve request's reply)."""
+        self.serving = False
+        try:
+            self.sock.sendall(struct.pack("<4i", 0, 0, 0, 0))
+        except OSError:
+            self._died("stopping the request loop")
+        self._reply(10.0, "stopping the request loop")
+
+    def call(self, heads: int, n: int, d: int, causal: bool, timeout: float, what: str) -> CallTime:
+        """One call of the kernel through the request loop in C; what it cost as seen from here."""
+        if not self.serving:
+            raise RuntimeError("call() needs the request loop: serve() first")
+        return self._timed(struct.pack("<4i", heads, n, d, 1 if causal else 0),
+                           lambda: self._byte(b"k", timeout, what), what)
+
+    def _timed(self, payload: bytes, wait: Callable[[], object], what: str) -> CallTime:
+        """Send ``payload``, ``wait`` for its reply, and return what the request cost."""
         c0, m0, t0 = self._cpu_ns(), self._main_ns(), time.perf_counter_ns()
         since_put = 0.0
         if self._put is not None:
@@ -355,14 +410,34 @@ class Worker:
                     "the call returns: work done after returning is off the clock)")
         self._put = None
         try:
-            self.sock.sendall((json.dumps(req) + "\n").encode())
+            self.sock.sendall(payload)
         except OSError:
             self._died(what)
-        self._reply(timeout, what)
+        wait()
         t1, c1, m1 = time.perf_counter_ns(), self._cpu_ns(), self._main_ns()
         self._last_cpu = c1
         self._calls_total += (c1 - c0) * 1e-9
         return CallTime((c1 - c0) * 1e-9, (m1 - m0) * 1e-9, (t1 - t0) * 1e-9, busy)
+
+    def settle(self, cost: CallTime) -> CallTime:
+        """``cost`` plus the CPU the worker used since it replied (1 thread; call it once the
+        call's output has been checked, and before the next request).
+
+        A worker that replied waits for its next request and uses no CPU; a kernel that returns
+        early and lets a timer finish out before the evaluator reads it (the red team's round
+        six: 1.19x an honest kernel, each gap under IDLE_S) has that work charged to its call.
+        """
+        if self.threads != 1 or self._last_cpu is None:
+            return cost  # more threads: wall clock, and the idle totals bound what runs after it
+        now = self._cpu_ns()
+        late = max(0.0, (now - self._last_cpu) * 1e-9)
+        self._last_cpu = now
+        if not self.candidate:
+            return cost.plus(late)
+        self._calls_total += late
+        if late > LATE_NOTE_S:
+            self.late_work.append(late)
+        return cost.plus(late)
 
     # -- shared memory ---------------------------------------------------------------------------
 

@@ -92,6 +92,8 @@ class Plan(BaseModel):
     spot_rows: int = Field(description="random rows checked per timed call (plus first and last)")
     call_timeout: float = Field(description="seconds one gate call may take before it counts as a hang")
     threads: int
+    quick: bool = Field(False, description="quick mode: configs of microseconds, where the empty call subtracted "
+                        "is most of a call, so no rate is held against the roofline")
     steady: float | None = Field(None, description="with more threads (wall clock), refuse to time when a config's "
                                  "median call exceeds this times its fastest tenth; None: never (quick mode's "
                                  "microsecond calls swing with every wake-up)")
@@ -135,6 +137,7 @@ def plan(quick: bool) -> Plan:
             min_pairs=3, max_pairs=20, min_time=0.02, max_time=1.0, rounds=1, spot_rows=6,
             call_timeout=call_timeout or 10.0,
             threads=threads,
+            quick=True,
         )
     sizes = ((256, 8), (512, 4), (1024, 2), (2048, 1))  # heads: no call shorter than ~2 ms
     return Plan(

@@ -8,7 +8,8 @@ sandbox, where this package itself is hidden, as
 
 The shared-memory file ``SHM_FD`` holds q, k, v (``MAX_FLOATS`` float32 each) and out (with
 ``GUARD`` floats on either side). The evaluator writes the inputs and poisons out, sends one
-JSON line per request on the socket, and reads the answer and out back itself. This process
+JSON line per request on the socket (timed calls: four int32 each, to the request loop in C that
+the ``serve`` request starts), and reads the answer and out back itself. This process
 holds no clock, no reference and no secret: its replies only say "done" (or why not), and
 everything it could forge (timing, checks, which rows are looked at) lives outside it.
 """
@@ -43,6 +44,9 @@ def main(argv: list[str]) -> int:
             elif op == "call":
                 fn, ptrs = state["fn"], state["ptrs"]
                 fn(*ptrs, req["heads"], req["n"], req["d"], 1 if req["causal"] else 0)
+            elif op == "serve":  # timed calls: the request loop in C until a stop request
+                if state["serve"].avo_serve(sock.fileno(), state["ffi"].cast("void *", state["fn"]), *state["ptrs"]):
+                    return 0  # the socket is gone
             elif op == "torch":
                 torch_call(state, mem, offsets, threads, req)
             else:
@@ -59,6 +63,8 @@ def load(state: dict, mem: mmap.mmap, offsets: tuple, req: dict) -> None:
 
     ffi = FFI()
     ffi.cdef(req["cdef"])
+    ffi.cdef(req["serve_cdef"])
+    serve = ffi.dlopen(req["serve"])  # ours, before the kernel's constructors run
     try:
         lib = ffi.dlopen(req["library"])
     except OSError as exc:
@@ -69,7 +75,7 @@ def load(state: dict, mem: mmap.mmap, offsets: tuple, req: dict) -> None:
         raise RuntimeError(f"kernel.c does not export a function named {req['symbol']!r}") from None
     buf = ffi.from_buffer("float[]", mem, require_writable=True)
     # lib owns the mapping of the library and buf the view of the shared memory: keep both.
-    state.update(ffi=ffi, lib=lib, buf=buf, fn=fn, ptrs=[buf + off for off in offsets])
+    state.update(ffi=ffi, lib=lib, serve=serve, buf=buf, fn=fn, ptrs=[buf + off for off in offsets])
 
 
 def torch_call(state: dict, mem: mmap.mmap, offsets: tuple, threads: int, req: dict) -> None:

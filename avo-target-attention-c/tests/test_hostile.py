@@ -316,11 +316,17 @@ def test_cpu_in_one_gap_between_calls_costs_only_that_pair_and_is_reported(candi
     result = evaluate(candidate(kernel))
     assert result.correct, result.error
     assert result.notes is not None
-    line = next(x for x in result.notes.splitlines() if "timed call(s) left out" in x)
-    # The handler's 4 ms is one of the gaps; the host may have taken the CPU in another.
-    match = re.match(r"([12]) timed call\(s\) left out: the worker used ([\d., ]+) ms of CPU", line)
-    assert match, line
-    assert any(float(g) >= 3.9 for g in match[2].split(", ")), line
+    # The handler's 4 ms lands in a gap (that call is left out) or, when it fires before the
+    # evaluator has checked the call's output, is charged to that call (Worker.settle): one
+    # pair either way, and the notes say which.
+    lines = result.notes.splitlines()
+    left = next((x for x in lines if "timed call(s) left out" in x), "")
+    charged = next((x for x in lines if "timed call(s) charged CPU" in x), "")
+    gaps = re.match(r"([12]) timed call\(s\) left out: the worker used ([\d., ]+) ms of CPU", left)
+    late = re.search(r"up to ([\d.]+) ms$", charged)
+    assert gaps or late, result.notes
+    assert (gaps and any(float(g) >= 3.9 for g in gaps[2].split(", "))) or (late and float(late[1]) >= 3.9), \
+        (left, charged)
 
 
 def test_cpu_between_calls_again_and_again_is_still_a_failure(candidate: Make, evaluate: Eval) -> None:
@@ -399,3 +405,141 @@ def test_a_signal_handler_that_computes_out_before_the_call_gains_nothing(
         return
     gain = cheat.metrics["n128_causal"] / honest.metrics["n128_causal"]
     assert gain < 1.5, (gain, honest.metrics, cheat.metrics)
+
+
+# Work finished after the reply: in every pair where the kernel runs first (the timed calls of a
+# config alternate, the warm-up call before them: the kernel counts), the call computes half the
+# heads and returns; a one-shot timer 0.2 ms later computes the rest on the worker's only thread
+# while the evaluator times the twin's empty call and NumPy, before it checks out. Each gap's CPU
+# stayed under the 2 ms a gap may show and the total under the quarter of the calls' CPU the audit
+# allowed, so no clock saw that work: measured before the fix, 1.3-1.4x the honest kernel.
+LATE = """#include <signal.h>
+#include <sys/time.h>
+static const float *Q, *K, *V;
+static float *O;
+static int H, N, Dd, C, calls;
+static void finish(int sig)
+{
+    (void)sig;
+    int half = H / 2;
+    size_t off = (size_t)half * N * Dd;
+    honest(Q + off, K + off, V + off, O + off, H - half, N, Dd, C);
+}
+"""
+LATE_BODY = """    if (heads != H || n != N || causal != C) calls = 0; /* a new config: its warm-up call */
+    Q = q; K = k; V = v; O = out; H = heads; N = n; Dd = d; C = causal;
+    if (heads < 4 || ++calls < 3 || calls % 2 == 0) { HONEST; return; } /* NumPy goes first: no time */
+    struct sigaction sa = {0};
+    sa.sa_handler = finish;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGALRM, &sa, NULL);
+    honest(q, k, v, out, heads / 2, n, d, causal);
+    struct itimerval it = {{0, 0}, {0, 200}};
+    setitimer(ITIMER_REAL, &it, NULL);"""
+
+
+def test_work_a_timer_finishes_after_the_reply_is_charged_to_the_call(
+        candidate: Make, evaluate: Eval, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    bundle = Path(__file__).resolve().parents[2] / "examples" / "attention_c-run3" / "lineage.bundle"
+    subprocess.run(["git", "clone", "-q", str(bundle), str(tmp_path / "run3")], check=True)
+    v1 = subprocess.run(["git", "-C", str(tmp_path / "run3"), "show", "v1:kernel.c"], check=True,
+                        capture_output=True, text=True).stdout
+    late = ("#define _GNU_SOURCE\n" + v1.replace("void attention(", "static void honest(") + LATE
+            + f"{SIGNATURE}\n{{\n" + LATE_BODY.replace("HONEST", "honest(q, k, v, out, heads, n, d, causal)")
+            + "\n}\n")
+    flags = "-march=native -pthread"
+    import avo_target_attention_c.evaluate as ev
+    from avo_target_attention_c.settings import BenchConfig, plan
+
+    one = plan(False).model_copy(update={"configs": [BenchConfig(heads=8, n=128, causal=False)], "rounds": 1,
+                                         "min_pairs": 16, "max_pairs": 40, "min_time": 0.2, "max_time": 2.0})
+    monkeypatch.setattr(ev, "plan", lambda quick: one)
+    honest, cheat = evaluate(candidate(v1, cflags=flags)), evaluate(candidate(late, cflags=flags))
+    assert honest.correct, honest.error
+    assert cheat.correct, cheat.error  # nothing forbidden: the work is simply the call's
+    gain = cheat.metrics["n128_noncausal"] / honest.metrics["n128_noncausal"]
+    assert gain < 1.1, (gain, honest.metrics, cheat.metrics)
+    assert cheat.notes is not None and "charged" in cheat.notes
+
+
+# A kernel that serves the worker's requests itself: on its first call at a timed shape it never
+# returns, and answers every request after it from C, on the worker's socket (its descriptor is
+# on the worker's command line), in a few microseconds. What the evaluator subtracted from each
+# call was an empty call through the worker's Python request loop (64 us here), so each call lost
+# some 50 us it never spent: measured before the fix, 1.3x the honest kernel. Now every timed
+# call goes through a request loop in C of the evaluator's own, in both workers: a kernel's own
+# loop has nothing left to save (or, speaking another protocol, answers nothing right).
+SELF_SERVE = r"""#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+static int sock_fd(void)
+{
+    char buf[4096];
+    FILE *f = fopen("/proc/self/cmdline", "rb");
+    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[len] = 0;
+    int i = 0;
+    for (char *p = buf; p < buf + len; p += strlen(p) + 1, i++)
+        if (i == 3) return atoi(p); /* python -I worker.py SOCKET_FD ... */
+    return -1;
+}
+static int field(const char *line, const char *key)
+{
+    const char *p = strstr(line, key);
+    return p ? atoi(p + strlen(key)) : 0;
+}
+static void serve(const float *q, const float *k, const float *v, float *out)
+{
+    static const char ok[] = "{\"ok\": true}\n";
+    int fd = sock_fd();
+    char line[8192];
+    size_t used = 0;
+    if (write(fd, ok, sizeof ok - 1) < 0) _exit(1); /* the answer to the call that got us here */
+    for (;;) {
+        ssize_t got = read(fd, line + used, sizeof line - 1 - used);
+        if (got <= 0) _exit(0);
+        used += (size_t)got;
+        line[used] = 0;
+        char *nl;
+        while ((nl = memchr(line, '\n', used)) != NULL) {
+            *nl = 0;
+            if (strstr(line, "\"op\": \"call\""))
+                honest(q, k, v, out, field(line, "\"heads\": "), field(line, "\"n\": "), 64,
+                       strstr(line, "\"causal\": true") != NULL);
+            if (write(fd, ok, sizeof ok - 1) < 0) _exit(1);
+            size_t rest = used - (size_t)(nl + 1 - line);
+            memmove(line, nl + 1, rest);
+            used = rest;
+        }
+    }
+}
+"""
+
+
+def test_a_kernel_that_serves_the_requests_itself_gains_nothing(
+        candidate: Make, evaluate: Eval, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    bundle = Path(__file__).resolve().parents[2] / "examples" / "attention_c-run3" / "lineage.bundle"
+    subprocess.run(["git", "clone", "-q", str(bundle), str(tmp_path / "run3")], check=True)
+    v1 = subprocess.run(["git", "-C", str(tmp_path / "run3"), "show", "v1:kernel.c"], check=True,
+                        capture_output=True, text=True).stdout
+    body = "    honest(q, k, v, out, heads, n, d, causal);\n    if (heads >= 8) serve(q, k, v, out);"
+    server = ("#define _GNU_SOURCE\n" + v1.replace("void attention(", "static void honest(") + SELF_SERVE
+              + f"{SIGNATURE}\n{{\n{body}\n}}\n")
+    flags = "-march=native -pthread"
+    import avo_target_attention_c.evaluate as ev
+    from avo_target_attention_c.settings import BenchConfig, plan
+
+    one = plan(False).model_copy(update={"configs": [BenchConfig(heads=8, n=128, causal=False)], "rounds": 1,
+                                         "min_pairs": 16, "max_pairs": 40, "min_time": 0.2, "max_time": 2.0})
+    monkeypatch.setattr(ev, "plan", lambda quick: one)
+    honest, cheat = evaluate(candidate(v1, cflags=flags)), evaluate(candidate(server, cflags=flags))
+    assert honest.correct, honest.error
+    if cheat.correct:
+        gain = cheat.metrics["n128_noncausal"] / honest.metrics["n128_noncausal"]
+        assert gain < 1.1, (gain, honest.metrics, cheat.metrics)

@@ -87,6 +87,7 @@ def test_what_is_subtracted_is_an_empty_call_timed_beside_the_calls_in_a_worker_
         candidate: Make, evaluate: Eval, tmp_path: Path) -> None:
     import re
 
+    from avo_target_attention_c.build import compile_serve
     from avo_target_attention_c.evaluate import empty_twin
 
     result = evaluate(candidate(SEED))
@@ -97,10 +98,18 @@ def test_what_is_subtracted_is_an_empty_call_timed_beside_the_calls_in_a_worker_
     low, high, hot = (int(x) for x in found.groups())
     assert 0 < low <= high and hot > 0
     # The twin holds our empty kernel and nothing of the candidate's.
-    with empty_twin(tmp_path / "twin", 1) as twin:
+    with empty_twin(tmp_path / "twin", 1, compile_serve(tmp_path / "serve")) as twin:
         maps = Path(f"/proc/{twin.pid}/maps").read_text()
         assert "empty-build/libkernel.so" in maps and "cand" not in maps
         twin.request({"op": "call", "heads": 1, "n": 1, "d": 64, "causal": False}, 10.0, "an empty call")
+        # Timed calls go through the request loop in C, which answers in a byte, and back.
+        twin.serve()
+        costs = [twin.call(1, 1, 64, False, 10.0, "an empty call in the loop") for _ in range(5)]
+        assert all(c.cpu > 0 for c in costs)
+        with pytest.raises(RuntimeError, match="unserve"):
+            twin.request({"op": "noop"}, 10.0, "a JSON request while the loop serves")
+        twin.unserve()
+        twin.request({"op": "noop"}, 10.0, "a no-op after the loop")
 
 
 SPIN_PROBE = """
@@ -170,3 +179,31 @@ def test_with_two_threads_a_config_whose_calls_swing_is_refused_not_scored(
     monkeypatch.setattr(ev, "plan", lambda quick: small.model_copy(update={"steady": None}))
     quick = evaluate(candidate(kernel))
     assert quick.correct, quick.error
+
+
+def test_a_config_faster_than_the_machine_can_compute_is_not_scored() -> None:
+    from avo_target_attention_c.evaluate import MAX_ROOF, beyond_roof
+
+    assert beyond_roof("n256_noncausal", 100.0, 100.0, quick=False) is None  # at the roof: a great kernel
+    assert beyond_roof("n256_noncausal", MAX_ROOF * 100.0 - 1, 100.0, quick=False) is None
+    why = beyond_roof("n256_noncausal", 180.0, 100.0, quick=False)
+    assert why is not None and why.startswith("n256_noncausal measured 180 GFLOP/s of useful work, 1.80x")
+    assert beyond_roof("n32_causal", 900.0, 100.0, quick=True) is None  # quick mode: the plumbing dominates
+    assert beyond_roof("n256_noncausal", 900.0, None, quick=False) is None  # no probe built here
+
+
+def test_an_evaluation_whose_kernel_beats_the_roofline_fails_naming_it(
+        candidate: Make, evaluate: Eval, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The measurement itself made implausible: this test's evaluator sees a thousandth of each
+    # call's time, as a kernel doing its work off the clock would have it.
+    import avo_target_attention_c.evaluate as ev
+    from avo_target_attention_c.settings import BenchConfig
+
+    one = plan(True).model_copy(update={"configs": [BenchConfig(heads=2, n=128, causal=False)], "quick": False})
+    monkeypatch.setattr(ev, "plan", lambda quick: one)
+    real = ev._candidate_time
+    monkeypatch.setattr(ev, "_candidate_time", lambda cost, plumbing, threads: real(cost, plumbing, threads) / 1000)
+    result = evaluate(candidate(SEED))
+    assert not result.correct and result.error is not None
+    assert result.error.startswith("not scored: faster than this machine can compute: n128_noncausal measured"), \
+        result.error
