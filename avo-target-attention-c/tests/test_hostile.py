@@ -337,6 +337,26 @@ def test_cpu_between_calls_again_and_again_is_still_a_failure(candidate: Make, e
     assert "3 times" in result.error and "2 such gaps are tolerated per evaluation" in result.error
 
 
+def _shipped_v1(tmp_path: Path) -> str:
+    """Round three's v1 kernel.c (a fast kernel, ~0.15-0.3 ms a call at 8 heads of 128)."""
+    import subprocess
+
+    bundle = Path(__file__).resolve().parents[2] / "examples" / "attention_c-run3" / "lineage.bundle"
+    subprocess.run(["git", "clone", "-q", str(bundle), str(tmp_path / "run3")], check=True)
+    return subprocess.run(["git", "-C", str(tmp_path / "run3"), "show", "v1:kernel.c"], check=True,
+                          capture_output=True, text=True).stdout
+
+
+def _one_timed_config(monkeypatch: pytest.MonkeyPatch, causal: bool) -> None:
+    """Full-mode timing of one config, 8 heads of 128, in a few seconds."""
+    import avo_target_attention_c.evaluate as ev
+    from avo_target_attention_c.settings import BenchConfig, plan
+
+    one = plan(False).model_copy(update={"configs": [BenchConfig(heads=8, n=128, causal=causal)], "rounds": 1,
+                                         "min_pairs": 16, "max_pairs": 40, "min_time": 0.2, "max_time": 2.0})
+    monkeypatch.setattr(ev, "plan", lambda quick: one)
+
+
 # Inputs used to be written into the shared memory before the reference-first pair's NumPy
 # call: for the 3-25 ms that took, the worker idled with the next call's inputs in reach. A
 # timer's signal handler (on the worker's only thread, so no thread to find) computed out
@@ -380,24 +400,14 @@ PRECOMPUTE_BODY = """    static int armed, same;
 def test_a_signal_handler_that_computes_out_before_the_call_gains_nothing(
         candidate: Make, evaluate: Eval, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Around a fast kernel (round three's v1), whose work fits in what a gap may use.
-    import subprocess
-
-    bundle = Path(__file__).resolve().parents[2] / "examples" / "attention_c-run3" / "lineage.bundle"
-    subprocess.run(["git", "clone", "-q", str(bundle), str(tmp_path / "run3")], check=True)
-    v1 = subprocess.run(["git", "-C", str(tmp_path / "run3"), "show", "v1:kernel.c"], check=True,
-                        capture_output=True, text=True).stdout
+    v1 = _shipped_v1(tmp_path)
     sneaky = ("#define _GNU_SOURCE\n" + v1.replace("void attention(", "static void honest(") + PRECOMPUTE
               + f"{SIGNATURE}\n{{\n" + PRECOMPUTE_BODY.replace("HONEST", "honest(q, k, v, out, heads, n, d, causal)")
               + "\n}\n")
     flags = "-march=native -pthread"
     # One config of 8 heads of 128, causal: ~0.15 ms a call, well inside a gap's 2 ms and the
     # 0.5 ms a call may show off its thread, and well above the plumbing's noise.
-    import avo_target_attention_c.evaluate as ev
-    from avo_target_attention_c.settings import BenchConfig, plan
-
-    one = plan(False).model_copy(update={"configs": [BenchConfig(heads=8, n=128, causal=True)], "rounds": 1,
-                                         "min_pairs": 16, "max_pairs": 40, "min_time": 0.2, "max_time": 2.0})
-    monkeypatch.setattr(ev, "plan", lambda quick: one)
+    _one_timed_config(monkeypatch, causal=True)
     honest, cheat = evaluate(candidate(v1, cflags=flags)), evaluate(candidate(sneaky, cflags=flags))
     assert honest.correct, honest.error
     if not cheat.correct:  # its handler caught running between a put and a call, three times
@@ -440,22 +450,12 @@ LATE_BODY = """    if (heads != H || n != N || causal != C) calls = 0; /* a new 
 
 def test_work_a_timer_finishes_after_the_reply_is_charged_to_the_call(
         candidate: Make, evaluate: Eval, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import subprocess
-
-    bundle = Path(__file__).resolve().parents[2] / "examples" / "attention_c-run3" / "lineage.bundle"
-    subprocess.run(["git", "clone", "-q", str(bundle), str(tmp_path / "run3")], check=True)
-    v1 = subprocess.run(["git", "-C", str(tmp_path / "run3"), "show", "v1:kernel.c"], check=True,
-                        capture_output=True, text=True).stdout
+    v1 = _shipped_v1(tmp_path)
     late = ("#define _GNU_SOURCE\n" + v1.replace("void attention(", "static void honest(") + LATE
             + f"{SIGNATURE}\n{{\n" + LATE_BODY.replace("HONEST", "honest(q, k, v, out, heads, n, d, causal)")
             + "\n}\n")
     flags = "-march=native -pthread"
-    import avo_target_attention_c.evaluate as ev
-    from avo_target_attention_c.settings import BenchConfig, plan
-
-    one = plan(False).model_copy(update={"configs": [BenchConfig(heads=8, n=128, causal=False)], "rounds": 1,
-                                         "min_pairs": 16, "max_pairs": 40, "min_time": 0.2, "max_time": 2.0})
-    monkeypatch.setattr(ev, "plan", lambda quick: one)
+    _one_timed_config(monkeypatch, causal=False)
     honest, cheat = evaluate(candidate(v1, cflags=flags)), evaluate(candidate(late, cflags=flags))
     assert honest.correct, honest.error
     assert cheat.correct, cheat.error  # nothing forbidden: the work is simply the call's
@@ -522,22 +522,12 @@ static void serve(const float *q, const float *k, const float *v, float *out)
 
 def test_a_kernel_that_serves_the_requests_itself_gains_nothing(
         candidate: Make, evaluate: Eval, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import subprocess
-
-    bundle = Path(__file__).resolve().parents[2] / "examples" / "attention_c-run3" / "lineage.bundle"
-    subprocess.run(["git", "clone", "-q", str(bundle), str(tmp_path / "run3")], check=True)
-    v1 = subprocess.run(["git", "-C", str(tmp_path / "run3"), "show", "v1:kernel.c"], check=True,
-                        capture_output=True, text=True).stdout
+    v1 = _shipped_v1(tmp_path)
     body = "    honest(q, k, v, out, heads, n, d, causal);\n    if (heads >= 8) serve(q, k, v, out);"
     server = ("#define _GNU_SOURCE\n" + v1.replace("void attention(", "static void honest(") + SELF_SERVE
               + f"{SIGNATURE}\n{{\n{body}\n}}\n")
     flags = "-march=native -pthread"
-    import avo_target_attention_c.evaluate as ev
-    from avo_target_attention_c.settings import BenchConfig, plan
-
-    one = plan(False).model_copy(update={"configs": [BenchConfig(heads=8, n=128, causal=False)], "rounds": 1,
-                                         "min_pairs": 16, "max_pairs": 40, "min_time": 0.2, "max_time": 2.0})
-    monkeypatch.setattr(ev, "plan", lambda quick: one)
+    _one_timed_config(monkeypatch, causal=False)
     honest, cheat = evaluate(candidate(v1, cflags=flags)), evaluate(candidate(server, cflags=flags))
     assert honest.correct, honest.error
     if cheat.correct:
