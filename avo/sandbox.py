@@ -206,11 +206,7 @@ def wrap(argv: Sequence[str], box: Sandbox, level: Level | None = None) -> tuple
     level = level or current_level()
     if level == "none":
         return list(argv), {**os.environ, **box.env}
-    env = {**_BASE_ENV, **box.env}
-    ok, why = probe()
-    if not ok:
-        raise SandboxError(f"this run evaluates in a bubblewrap sandbox but {why}")
-    return [*bwrap_args(box), *argv], env
+    return [*candidate_prefix(box, level), *argv], {**_BASE_ENV, **box.env}
 
 
 CANDIDATE_PREFIX_ENV = "AVO_CANDIDATE_PREFIX"

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from avo.engine import open_run, start_run, submit
 
 THIEF = r'''
@@ -57,4 +55,27 @@ def test_a_candidate_cannot_reach_its_directory_evaluators_stdout(
         state = open_run(run.paths.root, runs_root).state
         best = max(v.metrics.get("config_a", 0.0) for v in state.versions)
         assert best <= 101.0, (outcome.outcome, state.versions[-1].metrics)
-    assert max(v.metrics["config_a"] for v in state.versions) == pytest.approx(101.0)
+        # In its own PID namespace its /proc/<ppid> is the sandbox's init, whose stdout is the
+        # pipe of its own answer: what it forges or steals there is its answer, judged as one.
+        assert outcome.outcome in ("accepted", "rejected", "failed"), outcome
+
+
+# Round seven: the harness that runs solution.py shares its process, so solution.py printed the
+# harness's answer itself, for cases of its choosing, and exited: no square() at all, accepted
+# as correct at 101 on both configs. The evaluator now draws the cases, some fresh each time,
+# and requires an answer to every one of them, in order.
+FORGER = r'''
+import json, os
+print(json.dumps({"squares": [{"n": 0, "got": 0}], "X": 7.0, "Y": 3.0}), flush=True)
+os._exit(0)  # before the harness's own loop runs
+'''
+
+
+def test_a_candidate_that_answers_for_the_harness_does_not_pass_the_gate(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    run = start_run(str(toy), runs_root)
+    (run.paths.work / "solution.py").write_text(FORGER)
+    outcome = submit(open_run(run.paths.root, runs_root), "no square at all")
+    assert outcome.outcome == "failed", outcome
+    assert "no answer for square(1)" in (outcome.evaluation.result.error or "")
+    assert [v.n for v in open_run(run.paths.root, runs_root).state.versions] == [0]

@@ -432,11 +432,10 @@ class Worker:
         now = self._cpu_ns()
         late = max(0.0, (now - self._last_cpu) * 1e-9)
         self._last_cpu = now
-        if not self.candidate:
-            return cost.plus(late)
-        self._calls_total += late
-        if late > LATE_NOTE_S:
-            self.late_work.append(late)
+        if self.candidate:
+            self._calls_total += late
+            if late > LATE_NOTE_S:
+                self.late_work.append(late)
         return cost.plus(late)
 
     # -- shared memory ---------------------------------------------------------------------------
