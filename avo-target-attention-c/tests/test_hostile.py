@@ -347,6 +347,19 @@ def _shipped_v1(tmp_path: Path) -> str:
                           capture_output=True, text=True).stdout
 
 
+def _around_v1(v1: str, prelude: str, body: str) -> str:
+    """A hostile kernel around round three's v1, as :func:`conftest.hostile` is around the seed."""
+    body = body.replace("HONEST", "honest(q, k, v, out, heads, n, d, causal)")
+    return ("#define _GNU_SOURCE\n" + v1.replace("void attention(", "static void honest(") + prelude
+            + f"{SIGNATURE}\n{{\n{body}\n}}\n")
+
+
+def _v1_and(candidate: Make, evaluate: Eval, v1: str, cheat: str) -> tuple[EvalResult, EvalResult]:
+    """The honest v1 and ``cheat`` evaluated one after the other, with v1's flags."""
+    flags = "-march=native -pthread"
+    return evaluate(candidate(v1, cflags=flags)), evaluate(candidate(cheat, cflags=flags))
+
+
 def _one_timed_config(monkeypatch: pytest.MonkeyPatch, causal: bool) -> None:
     """Full-mode timing of one config, 8 heads of 128, in a few seconds."""
     import avo_target_attention_c.evaluate as ev
@@ -401,14 +414,11 @@ def test_a_signal_handler_that_computes_out_before_the_call_gains_nothing(
         candidate: Make, evaluate: Eval, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Around a fast kernel (round three's v1), whose work fits in what a gap may use.
     v1 = _shipped_v1(tmp_path)
-    sneaky = ("#define _GNU_SOURCE\n" + v1.replace("void attention(", "static void honest(") + PRECOMPUTE
-              + f"{SIGNATURE}\n{{\n" + PRECOMPUTE_BODY.replace("HONEST", "honest(q, k, v, out, heads, n, d, causal)")
-              + "\n}\n")
-    flags = "-march=native -pthread"
+    sneaky = _around_v1(v1, PRECOMPUTE, PRECOMPUTE_BODY)
     # One config of 8 heads of 128, causal: ~0.15 ms a call, well inside a gap's 2 ms and the
     # 0.5 ms a call may show off its thread, and well above the plumbing's noise.
     _one_timed_config(monkeypatch, causal=True)
-    honest, cheat = evaluate(candidate(v1, cflags=flags)), evaluate(candidate(sneaky, cflags=flags))
+    honest, cheat = _v1_and(candidate, evaluate, v1, sneaky)
     assert honest.correct, honest.error
     if not cheat.correct:  # its handler caught running between a put and a call, three times
         assert cheat.error is not None and cheat.error.startswith("the kernel kept running after it returned")
@@ -422,7 +432,7 @@ def test_a_signal_handler_that_computes_out_before_the_call_gains_nothing(
 # heads and returns; a one-shot timer 0.2 ms later computes the rest on the worker's only thread
 # while the evaluator times the twin's empty call and NumPy, before it checks out. Each gap's CPU
 # stayed under the 2 ms a gap may show and the total under the quarter of the calls' CPU the audit
-# allowed, so no clock saw that work: measured before the fix, 1.3-1.4x the honest kernel.
+# allowed, so no clock saw that work: measured before the fix, 1.19x the honest kernel.
 LATE = """#include <signal.h>
 #include <sys/time.h>
 static const float *Q, *K, *V;
@@ -451,12 +461,8 @@ LATE_BODY = """    if (heads != H || n != N || causal != C) calls = 0; /* a new 
 def test_work_a_timer_finishes_after_the_reply_is_charged_to_the_call(
         candidate: Make, evaluate: Eval, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     v1 = _shipped_v1(tmp_path)
-    late = ("#define _GNU_SOURCE\n" + v1.replace("void attention(", "static void honest(") + LATE
-            + f"{SIGNATURE}\n{{\n" + LATE_BODY.replace("HONEST", "honest(q, k, v, out, heads, n, d, causal)")
-            + "\n}\n")
-    flags = "-march=native -pthread"
     _one_timed_config(monkeypatch, causal=False)
-    honest, cheat = evaluate(candidate(v1, cflags=flags)), evaluate(candidate(late, cflags=flags))
+    honest, cheat = _v1_and(candidate, evaluate, v1, _around_v1(v1, LATE, LATE_BODY))
     assert honest.correct, honest.error
     assert cheat.correct, cheat.error  # nothing forbidden: the work is simply the call's
     gain = cheat.metrics["n128_noncausal"] / honest.metrics["n128_noncausal"]
@@ -523,12 +529,9 @@ static void serve(const float *q, const float *k, const float *v, float *out)
 def test_a_kernel_that_serves_the_requests_itself_gains_nothing(
         candidate: Make, evaluate: Eval, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     v1 = _shipped_v1(tmp_path)
-    body = "    honest(q, k, v, out, heads, n, d, causal);\n    if (heads >= 8) serve(q, k, v, out);"
-    server = ("#define _GNU_SOURCE\n" + v1.replace("void attention(", "static void honest(") + SELF_SERVE
-              + f"{SIGNATURE}\n{{\n{body}\n}}\n")
-    flags = "-march=native -pthread"
+    server = _around_v1(v1, SELF_SERVE, "    HONEST;\n    if (heads >= 8) serve(q, k, v, out);")
     _one_timed_config(monkeypatch, causal=False)
-    honest, cheat = evaluate(candidate(v1, cflags=flags)), evaluate(candidate(server, cflags=flags))
+    honest, cheat = _v1_and(candidate, evaluate, v1, server)
     assert honest.correct, honest.error
     if cheat.correct:
         gain = cheat.metrics["n128_noncausal"] / honest.metrics["n128_noncausal"]
