@@ -838,7 +838,8 @@ def start_run(
         evaluation = _run_jobs(run, [seed_job])[0]
     if evaluation.scalar is None:
         raise AvoError(
-            f"the seed of {spec.name} fails the gate, so there is nothing to evolve from:\n"
+            # not only the gate: an evaluator may refuse to time (a busy machine) or to score
+            f"the seed of {spec.name} could not be scored, so there is nothing to evolve from:\n"
             f"{evaluation.result.error}\nfull log: {evaluation.log_path}\n"
             f"(the unfinished run folder {partial.name} is removed by `avo runs --clean` or the next start)"
         )

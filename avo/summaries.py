@@ -97,7 +97,8 @@ def submit_lines(res: SubmitOutcome, run: Run, via: Via = "cli") -> list[str]:
         lines.append(f"ACCEPTED as v{res.version.n} ({kind}): scalar {fmt_number(res.version.scalar, d)} "
                      f"— {res.reason}")
     elif res.outcome == "failed":
-        lines.append(f"FAILED the gate; work/ reset to v{res.best.n}. Diff archived: {diff}")
+        # the error says why: the gate, or an evaluator that refused to time or score the candidate
+        lines.append(f"FAILED (not scored); work/ reset to v{res.best.n}. Diff archived: {diff}")
         lines.append(f"error: {res.evaluation.result.error}")
     else:
         lines.append(f"REJECTED: scalar {fmt_number(res.evaluation.scalar, d)} — {res.reason}; work/ reset to "

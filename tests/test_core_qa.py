@@ -479,7 +479,7 @@ def test_submit_output_says_where_the_log_is_and_when_the_budget_is_spent(
     run = open_run(None, runs_root)
     (run.paths.work / "solution.py").write_text("X = (\n")
     code, out = avo("submit", "-m", "syntax error")
-    assert "FAILED the gate" in out and "log: logs/" in out and "-step1.log" in out
+    assert "FAILED (not scored)" in out and "log: logs/" in out and "-step1.log" in out
     assert out.rstrip().endswith("next: `avo prompt` for the next step")
     set_constants(run.paths.work, x=6)
     code, out = avo("submit", "-m", "step two", "--json")

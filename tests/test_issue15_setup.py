@@ -107,7 +107,7 @@ def test_failed_start_leaves_a_listed_removable_partial(toy: Path, runs_root: Pa
     good_seed = (toy / "seed" / "solution.py").read_text()
     (toy / "seed" / "solution.py").write_text(good_seed.replace("return n * n", "return n + n"))
     code, out = avo("start", "--target", str(toy))
-    assert code == 1 and "fails the gate" in out
+    assert code == 1 and "the seed of toy could not be scored" in out
     log = Path(out.split("full log: ")[1].split()[0])
     assert ".partial" in str(log) and log.is_file()  # the path in the error still works
     code, out = avo("runs")

@@ -188,6 +188,6 @@ def test_start_from_another_runs_version(toy: Path, runs_root: Path, core_plugin
 def test_seed_failing_the_gate_stops_the_start(toy: Path, runs_root: Path, core_plugins: None) -> None:
     seed = toy / "seed" / "solution.py"
     seed.write_text(seed.read_text().replace("n * n", "n * 3"))
-    with pytest.raises(AvoError, match=r"(?s)seed of toy fails the gate.*square\(1\) returned 3"):
+    with pytest.raises(AvoError, match=r"(?s)seed of toy could not be scored.*square\(1\) returned 3"):
         start_run(str(toy), runs_root)
     assert not [p for p in runs_root.iterdir() if not p.name.startswith(".")]

@@ -26,7 +26,7 @@ from avo.eval_inputs import derived_seed
 from avo.models import EvalOptions, EvalResult
 
 from avo_target_attention_c.build import PROTOTYPE, SERVE_PROTOTYPE, SYMBOL, BuildError, compile_kernel, compile_serve
-from avo_target_attention_c.roofline import Probe, roof_note
+from avo_target_attention_c.roofline import BF16_PER_FLOAT, Probe, roof_note
 from avo_target_attention_c.sandbox import SandboxFailure, Worker, choose_cpus
 from avo_target_attention_c.settings import ATOL, RTOL, D, Plan, plan
 
@@ -40,7 +40,7 @@ class TooBusyToTime(Exception):
 
 
 class Implausible(Exception):
-    """A config was measured doing more useful work per second than the machine's FMA roofline allows."""
+    """A config was measured doing more useful work per second than the machine can compute."""
 
 
 # Useful flops per second over this many times the FMA probe's rate beside the same calls is
@@ -48,17 +48,28 @@ class Implausible(Exception):
 # requests itself with less plumbing than the empty call subtracted): every useful flop of
 # attention is half of an FMA, and the probe runs the widest FMA the compiler has, on every pipe.
 # The margin covers the probe's own noise (its median beside the calls moves a few percent).
+# A CPU with a matrix engine the kernel can use computes float32-accurate work faster than
+# its FMAs (bf16 parts, BF16_PER_FLOAT products each): there the bound is that rate's.
 MAX_ROOF = 1.2
 
 
-def beyond_roof(key: str, gflops: float, roof: float | None, quick: bool) -> str | None:
+def beyond_roof(key: str, gflops: float, roof: float | None, quick: bool, matrix: float | None = None) -> str | None:
     """Why ``key`` cannot be scored at ``gflops`` against the probe's ``roof``, or ``None``.
 
-    Quick mode's configs take microseconds, most of them the empty call subtracted, so their
-    rates are not held against the roof.
+    ``matrix``: the matrix engine's bf16 peak (GFLOP/s, all threads) where the kernel can use
+    one; the bound is then MAX_ROOF times the faster of the FMA roof and the engine's
+    float32-accurate rate. Quick mode's configs take microseconds, most of them the empty call
+    subtracted, so their rates are not held against the roof.
     """
-    if quick or roof is None or roof <= 0 or gflops <= MAX_ROOF * roof:
+    if quick or roof is None or roof <= 0:
         return None
+    engine = matrix / BF16_PER_FLOAT if matrix else 0.0
+    if gflops <= MAX_ROOF * max(roof, engine):
+        return None
+    if engine > roof:
+        return (f"{key} measured {gflops:.0f} GFLOP/s of useful work, {gflops / engine:.2f}x the matrix engine's "
+                f"float32-accurate rate ({engine:.0f} GFLOP/s: its bf16 peak / {BF16_PER_FLOAT}; over "
+                f"{MAX_ROOF:g}x is refused)")
     return (f"{key} measured {gflops:.0f} GFLOP/s of useful work, {gflops / roof:.2f}x the FMA roofline measured "
             f"beside its calls ({roof:.0f} GFLOP/s; over {MAX_ROOF:g}x is refused)")
 
@@ -454,7 +465,7 @@ def _pairs(box: Worker, twin: Worker, jd: Judge, p: Plan, cfg: Any, who: str, se
 
 
 def measure(box: Worker, twin: Worker, jd: Judge, p: Plan, who: str, seed: int, check: bool = True,
-            report: Callable[[str], None] = log, probe: Probe | None = None,
+            report: Callable[[str], None] = log, probe: Probe | None = None, matrix: float | None = None,
             ) -> tuple[dict[str, float], dict[str, float], list[str]]:
     """Interleaved timing of ``who`` against the NumPy reference for every config.
 
@@ -464,7 +475,8 @@ def measure(box: Worker, twin: Worker, jd: Judge, p: Plan, who: str, seed: int, 
     quads timed while the machine ran slow (:func:`speed_gated`); its spread is the
     relative IQR of those quad ratios.
     ``probe`` (the FMA probe, run beside every pair) adds two columns: its median GFLOP/s over
-    the config's pairs (times the thread count) and the kernel's GFLOP/s as a fraction of it.
+    the config's pairs (times the thread count) and the kernel's GFLOP/s as a fraction of it;
+    ``matrix`` (the matrix engine's bf16 peak, if any) raises the plausibility bound (:func:`beyond_roof`).
     ``twin``: the kernel-free worker whose no-ops are subtracted (:func:`_pairs`).
     """
     from avo_target_attention_c.reference import flops
@@ -520,7 +532,7 @@ def measure(box: Worker, twin: Worker, jd: Judge, p: Plan, who: str, seed: int, 
         if rates[cfg.key]:
             roof = statistics.median(rates[cfg.key])
             line += f"{roof:>7.0f}{gflops / roof:>6.0%}"
-            why = beyond_roof(cfg.key, gflops, roof, p.quick)
+            why = beyond_roof(cfg.key, gflops, roof, p.quick, matrix)
             if why is not None:
                 implausible.append(why)
         lines.append(line)
@@ -634,11 +646,13 @@ def evaluate(workdir: Path, options: EvalOptions) -> EvalResult:
                 worst, where = run_gate(box, p, gate_seed)
                 log(f"gate passed: {len(p.gate)} shapes, worst error {worst:.3f} of the tolerance ({where})")
                 probe = Probe.build(scratch)
-                peak = None
+                peak = matrix = None
                 if probe is not None:
                     peak = probe.best() * p.threads
+                    engine = probe.matrix_best()
+                    matrix = None if engine is None else engine * p.threads
                     probe.size(PROBE_S)
-                metrics, spread, table = measure(box, twin, jd, p, "kernel", bench_seed, probe=probe)
+                metrics, spread, table = measure(box, twin, jd, p, "kernel", bench_seed, probe=probe, matrix=matrix)
                 clock = _clock_note(p.threads)
         except (GateFailure, SandboxFailure, TooBusyToTime, Implausible, BuildError) as exc:
             log(f"failed: {exc}")
@@ -650,7 +664,7 @@ def evaluate(workdir: Path, options: EvalOptions) -> EvalResult:
         threads,
         f"cflags.txt: {flags}; speedup = median over quads of pairs of t_numpy / t_kernel (interleaved, "
         f"both orders, fresh inputs; {clock})",
-        roof_note(peak, p.threads),
+        roof_note(peak, p.threads, matrix),
         *table,
         f"geometric mean {scalar:.4f}; evaluation took {time.monotonic() - started:.1f} s"
         + (" (quick mode)" if options.quick else ""),

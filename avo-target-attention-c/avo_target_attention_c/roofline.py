@@ -11,6 +11,13 @@ the notes), and once beside every timed pair (:meth:`Probe.rate`), so that each 
 fraction divides the kernel's median by the probe's median over the same minutes. A shared
 host's speed moves by tens of percent between minutes (the probe's best-of-5 read 110-172
 GFLOP/s across one session), and a fraction of a peak taken at another moment moved with it.
+
+Where the CPU has a matrix engine the kernel may use (x86 AMX-BF16: tile registers, one
+16x16x32 block of bf16 products per instruction), the same library measures its peak too
+(:meth:`Probe.matrix_best`). It is not the roof column's denominator (the roofline stays the
+FMA one), but it raises the plausibility bound: a kernel that splits each float into bf16
+parts can do float32-accurate work faster than any FMA (measured on a Sapphire Rapids class
+host: the engine's bf16 peak 3.5 TFLOP/s, 15x its FMA probe).
 """
 
 from __future__ import annotations
@@ -23,6 +30,11 @@ import time
 from pathlib import Path
 
 CHAINS = 12
+AMX_FLOPS_PER_ITER = 4 * 16 * 16 * 32 * 2  # avo_amx_probe: four tile products per iteration
+# bf16 products per float32-accurate product, at the least: a float split into bf16 parts
+# needs three part products (x0*y0 + x0*y1 + x1*y0) to come near float32; two or one leave
+# attention 48-275x outside the gate's tolerance (NumPy emulation of the gate's shapes).
+BF16_PER_FLOAT = 3
 _ACC = ", ".join(f"a{c}" for c in range(CHAINS))
 PROBE = r"""
 #if defined(__AVX512F__)
@@ -53,6 +65,36 @@ float avo_fma_probe(long iters)
     for (int i = 0; i < BYTES / 4; i++) out += s[i];
     return out;
 }
+
+#if defined(__x86_64__) && defined(__AMX_TILE__) && defined(__AMX_BF16__)
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+/* Linux hands out the tile state per process on request (ARCH_REQ_XCOMP_PERM, XTILEDATA). */
+int avo_amx_ready(void) { return syscall(SYS_arch_prctl, 0x1023, 18) == 0; }
+/* iters x 4 products of bf16 tiles (16 x 32 by 32 x 16) into 4 independent accumulators */
+void avo_amx_probe(long iters)
+{
+    /* static data: GCC 12 dropped the stores into a stack struct only ldtilecfg reads */
+    static const struct {
+        unsigned char palette, start_row, reserved[14];
+        unsigned short colsb[16];
+        unsigned char rows[16];
+    } __attribute__((packed, aligned(64))) cfg = {1, 0, {0}, {64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16}};
+    static unsigned short a[512] __attribute__((aligned(64))), b[512] __attribute__((aligned(64)));
+    _tile_loadconfig(&cfg);
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+    _tile_loadd(4, a, 64);
+    _tile_loadd(5, b, 64);
+    for (long it = 0; it < iters; it++) {
+        _tile_dpbf16ps(0, 4, 5); _tile_dpbf16ps(1, 4, 5); _tile_dpbf16ps(2, 4, 5); _tile_dpbf16ps(3, 4, 5);
+    }
+    _tile_release();
+}
+#else
+int avo_amx_ready(void) { return 0; }
+void avo_amx_probe(long iters) { (void)iters; }
+#endif
 """
 for _name, _text in {
     "@ACC@": _ACC,
@@ -64,13 +106,18 @@ for _name, _text in {
     PROBE = PROBE.replace(_name, _text)
 
 
-def roof_note(peak: float | None, threads: int) -> str:
-    """The notes' line about the roofline the ``roof`` column divides by."""
+def roof_note(peak: float | None, threads: int, matrix: float | None = None) -> str:
+    """The notes' line about the roofline the ``roof`` column divides by (and the matrix engine, if any)."""
     if peak is None:
         return "FMA roofline: not measured (the probe did not build here)"
-    return (f"FMA roofline of the pinned core{'s' if threads > 1 else ''} ({CHAINS} independent chains of the widest "
+    note = (f"FMA roofline of the pinned core{'s' if threads > 1 else ''} ({CHAINS} independent chains of the widest "
             f"vector FMA): peak {peak:.0f} GFLOP/s at the start of this evaluation (best of 5); "
             "roof = kernel GFLOP/s / the probe's median over runs timed beside the config's calls (the probe column)")
+    if matrix is not None:
+        note += (f"; matrix engine (AMX-BF16 tiles): peak {matrix:.0f} GFLOP/s of bf16 products, so up to "
+                 f"{matrix / BF16_PER_FLOAT:.0f} of float32-accurate work ({BF16_PER_FLOAT} bf16 products per float "
+                 "product at the least); the roof column stays the FMA one")
+    return note
 
 
 class Probe:
@@ -80,6 +127,8 @@ class Probe:
         self._probe = ctypes.CDLL(str(lib))
         self._probe.avo_fma_probe.argtypes = [ctypes.c_long]
         self._probe.avo_fma_probe.restype = ctypes.c_float
+        self._probe.avo_amx_probe.argtypes = [ctypes.c_long]
+        self._probe.avo_amx_probe.restype = None
         self._flops_per_iter = 2.0 * self._probe.avo_lanes() * CHAINS
         self._iters = self._warm = 1000
 
@@ -125,6 +174,27 @@ class Probe:
         self.size(seconds)
         return max(self.rate() for _ in range(repeats))
 
+    def matrix_best(self, repeats: int = 5, seconds: float = 0.02) -> float | None:
+        """The matrix engine's bf16 peak in GFLOP/s of this core (best of ``repeats`` runs), or
+        ``None`` when the CPU, the compiler or the kernel does not offer one to this process."""
+        if not self._probe.avo_amx_ready():
+            return None
+        iters = 1000
+        while True:  # size one run to about `seconds` of CPU
+            t0 = time.thread_time()
+            self._probe.avo_amx_probe(iters)
+            took = time.thread_time() - t0
+            if took >= seconds / 4 or iters > 1 << 30:
+                break
+            iters *= 4
+        iters = max(1, int(iters * seconds / max(took, 1e-6)))
+        best = 0.0
+        for _ in range(repeats):
+            t0 = time.thread_time_ns()
+            self._probe.avo_amx_probe(iters)
+            best = max(best, AMX_FLOPS_PER_ITER * iters / max(time.thread_time_ns() - t0, 1))
+        return best
+
 
 def fma_roofline(threads: int = 1, repeats: int = 5, seconds: float = 0.05) -> float | None:
     """Single-precision FMA peak in GFLOP/s of ``threads`` cores (one core measured, times
@@ -136,3 +206,6 @@ def fma_roofline(threads: int = 1, repeats: int = 5, seconds: float = 0.05) -> f
 
 if __name__ == "__main__":
     print(fma_roofline())
+    with tempfile.TemporaryDirectory(prefix="avo-roofline-") as _tmp:
+        _probe = Probe.build(Path(_tmp))
+        print(None if _probe is None else _probe.matrix_best())

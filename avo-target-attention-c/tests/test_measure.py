@@ -73,6 +73,8 @@ def test_the_fma_roofline_is_measured_and_each_config_is_shown_as_a_fraction_of_
     result = evaluate(candidate(SEED))
     assert result.correct and result.notes is not None
     assert "FMA roofline of the pinned core (12 independent chains" in result.notes
+    # a CPU with AMX tiles: the engine's peak is stated, and the roof column stays the FMA one
+    assert ("matrix engine (AMX-BF16 tiles): peak" in result.notes) == ({"amx_tile", "amx_bf16"} <= _cpu_flags())
     lines = result.notes.splitlines()
     header = next(line for line in lines if line.startswith("config"))
     assert header.split()[-2:] == ["probe", "roof"]
@@ -190,6 +192,47 @@ def test_a_config_faster_than_the_machine_can_compute_is_not_scored() -> None:
     assert why is not None and why.startswith("n256_noncausal measured 180 GFLOP/s of useful work, 1.80x")
     assert beyond_roof("n32_causal", 900.0, 100.0, quick=True) is None  # quick mode: the plumbing dominates
     assert beyond_roof("n256_noncausal", 900.0, None, quick=False) is None  # no probe built here
+
+
+def test_on_a_cpu_with_a_matrix_engine_the_bound_is_its_float32_accurate_rate() -> None:
+    # An AMX-BF16 kernel that splits floats into bf16 parts passes the gate at 1.08x the FMA
+    # probe on a Sapphire Rapids class host (examples/attention_c-run5), and a faster one is
+    # honest work beyond any FMA: the bound there is the engine's peak over BF16_PER_FLOAT.
+    from avo_target_attention_c.evaluate import MAX_ROOF, beyond_roof
+    from avo_target_attention_c.roofline import BF16_PER_FLOAT
+
+    amx = 3500.0  # measured: one core's bf16 tile peak, GFLOP/s
+    assert beyond_roof("n2048_noncausal", 300.0, 220.0, quick=False) is not None  # 1.36x the FMA roof, no engine
+    assert beyond_roof("n2048_noncausal", 300.0, 220.0, quick=False, matrix=amx) is None
+    assert beyond_roof("n2048_noncausal", MAX_ROOF * amx / BF16_PER_FLOAT - 1, 220.0, False, amx) is None
+    why = beyond_roof("n2048_noncausal", 2000.0, 220.0, quick=False, matrix=amx)
+    assert why is not None and why.startswith("n2048_noncausal measured 2000 GFLOP/s of useful work, 1.71x the "
+                                              "matrix engine's float32-accurate rate (1167 GFLOP/s")
+    # An engine slower than the FMA roof (per float product) leaves the FMA bound in place.
+    assert beyond_roof("n256_noncausal", 300.0, 220.0, quick=False, matrix=300.0) is not None
+    assert "FMA roofline" in (beyond_roof("n256_noncausal", 300.0, 220.0, quick=False, matrix=300.0) or "")
+
+
+def _cpu_flags() -> set[str]:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith(("flags", "Features")):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def test_the_matrix_engine_is_measured_exactly_where_the_cpu_offers_one(tmp_path: Path) -> None:
+    from avo_target_attention_c.roofline import Probe
+
+    probe = Probe.build(tmp_path)
+    assert probe is not None
+    fma, amx = probe.best(), probe.matrix_best()
+    if {"amx_tile", "amx_bf16"} <= _cpu_flags():
+        # this host: the tiles' bf16 products run far beyond the FMA pipes (3.5 TFLOP/s
+        # against 240 GFLOP/s measured on a Sapphire Rapids class core)
+        assert amx is not None and amx > 4 * fma, (amx, fma)
+    else:
+        assert amx is None
+    assert probe.best() > 0  # the FMA probe still runs after the tiles were used and released
 
 
 def test_an_evaluation_whose_kernel_beats_the_roofline_fails_naming_it(
