@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 CHAINS = 12
@@ -120,6 +121,19 @@ def roof_note(peak: float | None, threads: int, matrix: float | None = None) -> 
     return note
 
 
+def _sized(run: Callable[[int], object], seconds: float, cap: int) -> int:
+    """Iterations for one call of ``run(iterations)`` to take about ``seconds`` of this thread's CPU."""
+    iters = 1000
+    while True:
+        t0 = time.thread_time()
+        run(iters)
+        took = time.thread_time() - t0
+        if took >= seconds / 4 or iters > cap:
+            break
+        iters *= 4
+    return max(1, int(iters * seconds / max(took, 1e-6)))
+
+
 class Probe:
     """The FMA probe, built and loaded; ``None`` from :meth:`build` when no compiler builds it."""
 
@@ -146,15 +160,7 @@ class Probe:
 
     def size(self, seconds: float) -> None:
         """Make one run of :meth:`rate` last about ``seconds`` of CPU, after a fifth of that untimed."""
-        iters = 1000
-        while True:
-            t0 = time.thread_time()
-            self._probe.avo_fma_probe(iters)
-            took = time.thread_time() - t0
-            if took >= seconds / 4 or iters > 1 << 34:
-                break
-            iters *= 4
-        self._iters = max(1, int(iters * seconds / max(took, 1e-6)))
+        self._iters = _sized(self._probe.avo_fma_probe, seconds, 1 << 34)
         self._warm = max(1, self._iters // 5)
 
     def rate(self) -> float:
@@ -179,15 +185,7 @@ class Probe:
         ``None`` when the CPU, the compiler or the kernel does not offer one to this process."""
         if not self._probe.avo_amx_ready():
             return None
-        iters = 1000
-        while True:  # size one run to about `seconds` of CPU
-            t0 = time.thread_time()
-            self._probe.avo_amx_probe(iters)
-            took = time.thread_time() - t0
-            if took >= seconds / 4 or iters > 1 << 30:
-                break
-            iters *= 4
-        iters = max(1, int(iters * seconds / max(took, 1e-6)))
+        iters = _sized(self._probe.avo_amx_probe, seconds, 1 << 30)
         best = 0.0
         for _ in range(repeats):
             t0 = time.thread_time_ns()
