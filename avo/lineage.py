@@ -515,7 +515,12 @@ def _small_file(path: Path) -> str:
 
 
 def _packed_refs(git_dir: Path) -> dict[str, str]:
-    raw = _small_file(git_dir / "packed-refs")
+    """The refs in ``packed-refs`` (name to id); none when there is no file avo can read (a
+    lookup falls back to nothing, as for a missing loose ref; rewriting the file says why)."""
+    try:
+        raw = _read_packed_refs(git_dir)
+    except AvoError:
+        return {}
     out = {}
     for line in raw.splitlines():
         sha, _, name = line.partition(" ")
