@@ -16,8 +16,8 @@ Where the CPU has a matrix engine the kernel may use (x86 AMX-BF16: tile registe
 16x16x32 block of bf16 products per instruction), the same library measures its peak too
 (:meth:`Probe.matrix_best`). It is not the roof column's denominator (the roofline stays the
 FMA one), but it raises the plausibility bound: a kernel that splits each float into bf16
-parts can do float32-accurate work faster than any FMA (measured on a Sapphire Rapids class
-host: the engine's bf16 peak 3.5 TFLOP/s, 15x its FMA probe).
+parts can do float32-accurate work faster than any FMA (measured on one core of a Xeon guest
+with AMX, 2026-12-04: the engine's bf16 peak 3.5 TFLOP/s, 15x its FMA probe).
 """
 
 from __future__ import annotations

@@ -196,7 +196,7 @@ def test_a_config_faster_than_the_machine_can_compute_is_not_scored() -> None:
 
 def test_on_a_cpu_with_a_matrix_engine_the_bound_is_its_float32_accurate_rate() -> None:
     # An AMX-BF16 kernel that splits floats into bf16 parts passes the gate at 1.08x the FMA
-    # probe on a Sapphire Rapids class host (examples/attention_c-run5), and a faster one is
+    # probe on a Xeon guest with AMX tiles (examples/attention_c-run5), and a faster one is
     # honest work beyond any FMA: the bound there is the engine's peak over BF16_PER_FLOAT.
     from avo_target_attention_c.evaluate import MAX_ROOF, beyond_roof
     from avo_target_attention_c.roofline import BF16_PER_FLOAT
@@ -228,7 +228,7 @@ def test_the_matrix_engine_is_measured_exactly_where_the_cpu_offers_one(tmp_path
     fma, amx = probe.best(), probe.matrix_best()
     if {"amx_tile", "amx_bf16"} <= _cpu_flags():
         # this host: the tiles' bf16 products run far beyond the FMA pipes (3.5 TFLOP/s
-        # against 240 GFLOP/s measured on a Sapphire Rapids class core)
+        # against 240 GFLOP/s measured on one core of a Xeon guest with AMX, 2026-12-04)
         assert amx is not None and amx > 4 * fma, (amx, fma)
     else:
         assert amx is None
