@@ -263,12 +263,12 @@ def _tree_job(run: Run, tree: str, label: str, *, screening: bool = False) -> Ev
                         screening=screening, configs=configs, log_path=log_path, **_job_fields(run))
     except CandidateError as exc:  # not self-contained: a failed candidate, named
         write_json_atomic(log_path, f"[avo] the candidate was not evaluated: {exc}\n", sync="none", own=1)
-        return Evaluation(failed(str(exc)), None, 0.0, log_path)
+        return Evaluation(failed(str(exc)), None, 0.0, log_path, label=label)
     finally:
         shutil.rmtree(snap, ignore_errors=True)
 
 
-def _finish(res: JobResult, log_path: Path, secret: str | None = None) -> Evaluation:
+def _finish(res: JobResult, log_path: Path, secret: str | None = None, label: str | None = None) -> Evaluation:
     """The evaluation a job's result stands for; a log that came back is kept in logs/."""
     from avo.contract import scalar_of
     from avo.executors import where
@@ -281,12 +281,16 @@ def _finish(res: JobResult, log_path: Path, secret: str | None = None) -> Evalua
     scalar, why = scalar_of(result)
     if scalar is None and result.correct:
         result = failed(why or "no scalar", result.notes)
-    return Evaluation(result, scalar, res.wall_s, log_path, where(res), secret, res.cpu)
+    return Evaluation(result, scalar, res.wall_s, log_path, where(res), secret, res.cpu, label)
 
 
 def _run_jobs(run: Run, jobs: list[EvalJob | Evaluation], *, executor: str | None = None,
-              options: dict[str, str] | None = None) -> list[Evaluation]:
-    """Run the jobs on the run's executor, as many at once as it has room for."""
+              options: dict[str, str] | None = None, drawn: list[Evaluation] | None = None) -> list[Evaluation]:
+    """Run the jobs on the run's executor, as many at once as it has room for.
+
+    ``drawn``: each evaluation is added as it is finished, so a caller still has the ones before
+    a refused job (:class:`IntegrityError`) when it records what was measured.
+    """
     from avo import executors
 
     name, opts = _executor(run, executor, options)
@@ -297,20 +301,22 @@ def _run_jobs(run: Run, jobs: list[EvalJob | Evaluation], *, executor: str | Non
     for job in jobs:
         if isinstance(job, EvalJob):
             assert job.log_path is not None
-            out.append(_finish(next(done), job.log_path, job.secret))
+            out.append(_finish(next(done), job.log_path, job.secret, job.label))
         else:
             out.append(job)
+        if drawn is not None:
+            drawn.append(out[-1])
     return out
 
 
 def _evaluate_tree(run: Run, tree: str, label: str, *, screening: bool = False, executor: str | None = None,
-                   options: dict[str, str] | None = None) -> Evaluation:
+                   options: dict[str, str] | None = None, drawn: list[Evaluation] | None = None) -> Evaluation:
     """Export ``tree`` to a private snapshot and evaluate exactly that, on the run's executor.
 
     ``screening``: the target's quick mode inside a full run (its configs differ).
     """
     return _run_jobs(run, [_tree_job(run, tree, label, screening=screening)], executor=executor,
-                     options=options)[0]
+                     options=options, drawn=drawn)[0]
 
 
 def _baselines_job(run: Run, quick: bool) -> EvalJob:
@@ -511,7 +517,8 @@ def _finish_journal(run: Run, notes: list[str]) -> None:
             _finish_accepted(run, journal, notes)
         elif not recorded:
             # Edits made after the kill (the agent went on working) are in no diff: archive them.
-            measured = record.get("tree")
+            # The snapshot measured (its record names the code only, without .avo/); older journals: the record's.
+            measured = journal.get("measured", record.get("tree"))
             if isinstance(measured, str) and lineage.is_dirty(state.best_version.sha):
                 try:
                     _archive_late_edits(run, step, measured, notes, after_kill=True)
@@ -848,12 +855,18 @@ def start_run(
     state.evaluations = 1
     warnings: list[str] = []
     if base_job is not None:
-        assert base_job.log_path is not None
-        if not both:
-            from avo.progress import shown_by
+        from avo.progress import says_baseline, shown_by
 
+        assert base_job.log_path is not None
+        live: list[str] = []  # the target's own progress lines, shown as they came
+
+        def show(line: str) -> None:
+            live.append(line)
+            say(f"  {line}")
+
+        if not both:
             say(f"measuring baselines (log: {base_job.log_path.relative_to(paths.root)}) ...")
-            with shown_by(lambda line: say(f"  {line}")):
+            with shown_by(show):
                 base_res = executors.execute(name, base_job, opts)
         for bname, ev in _baseline_evaluations(base_res, base_job.log_path).items():
             if bname == MALFORMED_BASELINES or (ev.result.error or "").startswith(MALFORMED_PREFIX):
@@ -862,8 +875,10 @@ def start_run(
                 continue
             state.baselines.append(Baseline(name=bname, correct=ev.scalar is not None, scalar=ev.scalar,
                                             metrics=ev.result.metrics, error=ev.result.error))
-            say(f"  baseline {bname}: " + (fmt_number(ev.scalar) if ev.scalar is not None
-                                          else f"failed: {ev.result.error}"))
+            shown = fmt_number(ev.scalar) if ev.scalar is not None else f"failed: {ev.result.error}"
+            # One line per baseline: a progress line that said the same is not repeated.
+            if not any(says_baseline(line, bname, shown) for line in live):
+                say(f"  baseline {bname}: {shown}")
     v0 = Version(n=0, sha="", tree="", scalar=evaluation.scalar, metrics=evaluation.result.metrics,
                  message="seed x_0" if origin is None else f"seed from {origin}", step=0,
                  time=time.time(), notes=evaluation.result.notes, new_best=True, secret=evaluation.secret)
@@ -880,7 +895,8 @@ def start_run(
     save_state(paths, state)
     append_trajectory(paths, {"kind": "start", "id": "start", "target": spec.name, "origin": origin,
                               "options": options.model_dump(), "terms": started_on})
-    append_trajectory(paths, {"kind": "eval", "id": "seed", "step": 0, "tree": tree, "scalar": v0.scalar,
+    append_trajectory(paths, {"kind": "eval", "id": "seed", "step": 0, "tree": lineage.code_tree(tree),
+                              "scalar": v0.scalar,
                               "metrics": v0.metrics, "correct": True, "wall_s": round(evaluation.wall_s, 3),
                               "sandbox": state.sandbox, "where": evaluation.where, "cpu": evaluation.cpu,
                               "secret": evaluation.secret,
@@ -934,6 +950,7 @@ def evaluate_work(run: Run, *, quick: bool = False, executor: str | None = None,
         check_integrity(run)
         check_work_limits(run.paths.work, run.state.target.work_limits)
         tree = run.lineage.snapshot_tree()
+        code = run.lineage.code_tree(tree)  # the same code has one name, whatever .avo/scores.jsonl holds
         n = run.state.evaluations + 1
         screening = quick and not run.state.options.quick
         evaluation = _evaluate_tree(run, tree, f"eval{n}", screening=screening, executor=executor,
@@ -942,19 +959,43 @@ def evaluate_work(run: Run, *, quick: bool = False, executor: str | None = None,
         g = None
         if evaluation.scalar is not None and not screening:
             g = gain(evaluation.scalar, best.scalar, run.state.target.direction)
-        warning = "; ".join(filter(None, [_nondeterminism(run, tree, evaluation, screening),
+        warning = "; ".join(filter(None, [_nondeterminism(run, code, evaluation, screening),
                                          *ignored_settings(run.state.target)])) or None
+        diff = _archive_evaluated(run, n, tree, code, evaluation)
         run.state.evaluations = n
         run.save()
         append_trajectory(run.paths, {
-            "kind": "eval", "id": f"eval{n}", "step": run.state.steps + 1, "tree": tree,
+            "kind": "eval", "id": f"eval{n}", "step": run.state.steps + 1, "tree": code,
             "correct": evaluation.scalar is not None, "scalar": evaluation.scalar,
             "metrics": evaluation.result.metrics, "error": evaluation.result.error, "notes": evaluation.result.notes,
             "gain_vs_best": g, "wall_s": round(evaluation.wall_s, 3), "log": evaluation.log_path.name,
             "warning": warning, "screening": screening, "sandbox": run.state.sandbox, "where": evaluation.where,
-            "cpu": evaluation.cpu, "secret": evaluation.secret,
+            "cpu": evaluation.cpu, "secret": evaluation.secret, "best_before": best.n, "diff": diff,
         })
-        return EvalReport(evaluation, tree, best, g, warning, screening)
+        return EvalReport(evaluation, code, best, g, warning, screening)
+
+
+def _archive_evaluated(run: Run, n: int, tree: str, code: str, evaluation: Evaluation) -> str | None:
+    """Keep an evaluated work tree retrievable once work/ moves on: its diff against the best, in
+    rejected/ beside the attempts' diffs (so ``avo export`` ships it); the path, for its record.
+
+    ``None`` when it is the best's code. The same code evaluated again against the same best
+    names the diff its first evaluation wrote.
+    """
+    best = run.state.best_version
+    for r in read_trajectory(run.paths, mentioning=code.encode(), data=run.checked):
+        if (r.get("kind") == "eval" and r.get("tree") == code and r.get("best_before") == best.n
+                and isinstance(r.get("diff"), str) and (run.paths.root / r["diff"]).is_file()):
+            return str(r["diff"])
+    diff = run.lineage.diff(best.sha, tree)
+    if not diff.strip():
+        return None
+    path = run.paths.rejected / f"eval{n:04d}.diff"
+    scored = fmt_number(evaluation.scalar) if evaluation.scalar is not None else f"failed: {evaluation.result.error}"
+    header = f"# eval{n}: work/ as avo-eval measured it ({scored}), against v{best.n}; not a submit"
+    # Renamed into place, as every archive: a link put at the name is replaced, not written through.
+    write_json_atomic(path, " ".join(header.split()) + "\n" + diff, sync="file", own=1)
+    return str(path.relative_to(run.paths.root))
 
 
 # -- submit --------------------------------------------------------------------------------
@@ -978,13 +1019,14 @@ def _check_can_step(state: RunState) -> None:
         )
 
 
-def _confirm_runs(run: Run, tree: str, measured: list[Evaluation]
-                  ) -> tuple[list[float], list[float], list[str | None], list[str]]:
+def _confirm_runs(run: Run, tree: str, measured: list[Evaluation], drawn: list[Evaluation]
+                  ) -> tuple[list[Evaluation], list[Evaluation], list[str]]:
     """Re-measure candidate and best alternately; failures of either abort the confirmation.
 
     ``measured``: the candidate's evaluations so far (they count with its re-measurements).
-    Returns the candidate's scores and the secret each drew its inputs with (so ``avo verify``
-    can replay every draw the median came from), the best's scores, and the errors.
+    Returns the candidate's draws (each with the secret it drew its inputs with, so ``avo
+    verify`` can replay every draw the median came from), the best's draws, and the errors.
+    ``drawn`` receives each draw as it is finished (see :func:`_run_jobs`).
 
     With room on the executor the pairs run at the same time, each best next to its
     candidate on the same resource shape, so drift still hits both alike.
@@ -996,27 +1038,120 @@ def _confirm_runs(run: Run, tree: str, measured: list[Evaluation]
         jobs.append(_tree_job(run, tree, f"confirm{i}-cand"))
     name, opts = _executor(run)
     if _capacity(run, name, opts) > 1:
-        done = _run_jobs(run, jobs)
+        done = _run_jobs(run, jobs, drawn=drawn)
     else:  # one at a time, stopping at the first failure as before
         done = []
         for job in jobs:
-            done.extend(_run_jobs(run, [job]))
+            done.extend(_run_jobs(run, [job], drawn=drawn))
             if done[-1].scalar is None:
                 break
-    cand = [e.scalar for e in measured if e.scalar is not None]
-    drew = [e.secret for e in measured if e.scalar is not None]
-    best: list[float] = []
+    cand = [e for e in measured if e.scalar is not None]
+    best: list[Evaluation] = []
     errors: list[str] = []
     for b, c in zip(done[0::2], done[1::2], strict=False):
         if b.scalar is None or c.scalar is None:
             errors.append((b.result.error if b.scalar is None else c.result.error) or "failed")
             break
-        best.append(b.scalar)
-        cand.append(c.scalar)
-        drew.append(c.secret)
+        best.append(b)
+        cand.append(c)
     if not errors and len(done) % 2 and done[-1].scalar is None:
         errors.append(done[-1].result.error or "failed")
-    return cand, best, drew, errors
+    return cand, best, errors
+
+
+@dataclass
+class _Judgement:
+    """What a submit's draws decided, before anything of it is recorded."""
+
+    evaluation: Evaluation  # the draw the record's log, secret and CPU are of (the first, or a second look)
+    outcome: str  # accepted | rejected | failed
+    reason: str
+    scalar: float | None
+    metrics: dict[str, float]  # the ones that go with ``scalar`` (at the median after a confirmation)
+    notes: str | None
+    accepted: bool = False
+    new_best: bool = False
+    decided: float | None = None
+    confirm: dict[str, Any] | None = None
+    recheck: dict[str, Any] | None = None
+
+
+def _judge(run: Run, tree: str, step: int, say: Callable[[str], None], drawn: list[Evaluation]) -> _Judgement:
+    """Measure the candidate ``tree`` (more than once near or inside the noise band) and apply the
+    commit policy against the best; ``drawn`` receives every draw as it is finished."""
+    from avo.draws import at_median, draw_record
+
+    state = run.state
+    best = state.best_version
+    say(f"evaluating the candidate of step {step} ...")
+    evaluation = _evaluate_tree(run, tree, f"step{step}", drawn=drawn)
+    scalar = evaluation.scalar
+    if scalar is None:
+        return _Judgement(evaluation, "failed", evaluation.result.error or "failed the gate", None,
+                          evaluation.result.metrics, evaluation.result.notes)
+    direction = state.target.direction
+    band = state.options.noise.band
+    j = _Judgement(evaluation, "rejected", "", scalar, evaluation.result.metrics, evaluation.result.notes)
+    first, again = evaluation, None  # again: the second look at a gain beyond the band
+    # On a noisy target the best's score drifts with the machine: compare with the
+    # median of what was recorded and every later re-measurement of the same version.
+    # Re-measurements exist only where a band sends gains to the confirmation: on a target
+    # without one, none was measured by avo (a line re-chained onto the trajectory can
+    # claim some, and `avo recover` takes them from there).
+    remeasured = state.remeasured.get(best.n, []) if band > 0 else []
+    reference = statistics.median([best.scalar, *remeasured])
+    tie = state.target.tie_tolerance
+    verdict = first_look(scalar, reference, direction, band, tie)
+    g = gain(scalar, reference, direction)
+    measured = [scalar]
+    if verdict == "accept" and band > 0 and g > band and state.options.noise.recheck_gains:
+        # The case where one draw would decide is the one a lucky draw, or a machine
+        # that slowed the reference (a false 2-thread attention_c score did), gets in.
+        say(f"gain {g:+.1%} is beyond the noise band (±{band:.0%}): measuring the candidate once more ...")
+        again = _evaluate_tree(run, tree, f"step{step}-again", drawn=drawn)
+        if again.scalar is not None:
+            measured.append(again.scalar)
+            if gain(again.scalar, reference, direction) <= band:
+                verdict = "confirm"
+            elif gain(again.scalar, scalar, direction) < 0:  # the score both draws support
+                j.evaluation, j.scalar = again, again.scalar
+                j.metrics, j.notes = again.result.metrics, again.result.notes
+        j.recheck = {"scalars": measured, "logs": [first.log_path.name, again.log_path.name],
+                     "error": again.result.error}
+    if again is not None and again.scalar is None:
+        j.reason = (f"measured again to confirm a gain of {g:+.1%} beyond the noise band, it failed: "
+                    f"{again.result.error or 'failed the gate'}")
+    elif verdict != "confirm":
+        assert j.scalar is not None
+        decision = single_decision(j.scalar, reference, best.n, direction, tie)
+        j.accepted, j.new_best, j.reason = decision.accepted, decision.new_best, decision.reason
+        j.decided = decision.gain
+        if len(measured) > 1:
+            j.reason += f"; measured twice ({fmt_number(measured[0])}, {fmt_number(measured[1])}), the lower kept"
+    else:
+        say(f"gain {gain(measured[-1], reference, direction):+.1%} is inside the noise band "
+            f"(±{band:.0%}): re-measuring the candidate and "
+            f"v{best.n} {state.options.noise.confirm_runs}× each, interleaved ...")
+        looks = [first] if again is None else [first, again]
+        cands, bests, errors = _confirm_runs(run, tree, looks, drawn)
+        best_runs = [e.scalar for e in bests if e.scalar is not None]
+        cand_runs = [e.scalar for e in cands if e.scalar is not None]
+        if best_runs:
+            state.remeasured.setdefault(best.n, []).extend(best_runs)
+        # Every draw's own figures (notes, metrics, log), beside the scalars the policy used.
+        j.confirm = {"candidate": cand_runs, "best": best_runs,
+                     "candidate_draws": [draw_record(e) for e in cands], "best_draws": [draw_record(e) for e in bests]}
+        if all(e.secret for e in cands):  # every draw the median comes from can be replayed (avo verify)
+            j.confirm["candidate_secrets"] = [e.secret for e in cands]
+        if errors:
+            j.reason = f"a confirmation run failed: {errors[0]}"
+        else:
+            decision = confirm(cand_runs, best_runs, direction, band)
+            j.accepted, j.new_best, j.decided = decision.accepted, decision.new_best, decision.gain
+            j.scalar, j.reason = decision.scalar, decision.reason
+            j.metrics, j.notes = at_median(cands)  # the figures of the median the scalar is
+    j.outcome = "accepted" if j.accepted else "rejected"
+    return j
 
 
 def _update_supervisor(state: RunState, fingerprint: str | None, outcome: str) -> None:
@@ -1058,6 +1193,40 @@ def _migrant_tree(lineage: Lineage, migrant: Migrant, limits: WorkLimits) -> str
         raise
     except AvoError as exc:
         raise CandidateError(f"the donor's backup cannot be read: {str(exc).splitlines()[0]}") from None
+
+
+def _unused_name(path: Path) -> Path:
+    """``path``, or ``NAME-2.diff``, ``NAME-3.diff`` ...: the first not taken (a dangling link takes
+    one too), so two archives made in one second both stay."""
+    n, free = 1, path
+    while os.path.lexists(free):
+        n += 1
+        free = path.with_name(f"{path.stem}-{n}{path.suffix}")
+    return free
+
+
+def _record_aborted(run: Run, step: int, message: str, code: str, diff: str, drawn: list[Evaluation],
+                    error: str, migrant: Migrant | None) -> str:
+    """Record a submit whose evaluation was refused before its decision (the evaluator changed
+    meanwhile): an attempt that used no step, with the draws it had and its diff. Nothing else
+    changes (no step, no reset: work/ keeps the candidate, and nothing more is evaluated); the
+    caller raises the refusal again. Returns the sentence that says so, for its message."""
+    from avo.draws import draw_record
+
+    paths, state = run.paths, run.state
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = _unused_name(paths.rejected / f"aborted-{stamp}-after-step{step - 1:04d}.diff")
+    header = f"# submit aborted after step {step - 1} (not decided, no step used): {message}".replace("\n", " ")
+    write_json_atomic(path, header + "\n# " + " ".join(error.split()) + "\n" + diff, sync="file", own=1)
+    record: dict[str, Any] = {
+        "kind": "aborted", "id": f"aborted-{stamp}", "step": step, "message": message, "tree": code,
+        "best_before": state.best, "error": error, "draws": [draw_record(e) for e in drawn],
+        "diff": str(path.relative_to(paths.root)), "sandbox": state.sandbox}
+    if migrant is not None:
+        record["migrant"] = migrant.origin.model_dump()
+    append_trajectory(paths, record)
+    return (f"the submit was aborted before its decision and recorded as an attempt that used no step, with the "
+            f"{len(drawn)} draw(s) it had ({record['diff']}; `avo log --attempts`); work/ keeps the candidate")
 
 
 def kept_files_folder(diff_path: Path) -> Path:
@@ -1140,75 +1309,20 @@ def submit(
             raise AvoError(f"nothing to submit: work/ is identical to the best version v{best.n}. "
                            "Edit the candidate first (or `avo revert` to discard experiments).")
         step = state.steps + 1
-        say(f"evaluating the candidate of step {step} ...")
-        evaluation = _evaluate_tree(run, tree, f"step{step}")
+        code = lineage.code_tree(tree)  # what the evaluator sees: the record's name for the candidate
+        drawn: list[Evaluation] = []
+        try:
+            j = _judge(run, tree, step, say, drawn)
+        except IntegrityError as exc:  # refused (the evaluator changed): the draws it had are recorded, and it stands
+            if not drawn:  # nothing was measured: a refusal like the one before any evaluation, nothing to keep
+                raise
+            said = _record_aborted(run, step, message, code, diff, drawn, str(exc), migrant)
+            raise IntegrityError(f"{exc}\n{said}") from exc
+        evaluation, scalar, accepted, new_best, outcome = j.evaluation, j.scalar, j.accepted, j.new_best, j.outcome
         fingerprint = diff_fingerprint(diff)
-        warning = _nondeterminism(run, tree, evaluation)
+        warning = _nondeterminism(run, code, evaluation)
         if warning:
             notes.append(warning)
-        direction = state.target.direction
-        band = state.options.noise.band
-        reason = ""
-        accepted = new_best = False
-        decided: float | None = None
-        scalar = evaluation.scalar
-        confirm_info: dict[str, Any] | None = None
-        first, again = evaluation, None  # again: the second look at a gain beyond the band
-        measured: list[float] = []
-        if scalar is None:
-            outcome = "failed"
-            reason = evaluation.result.error or "failed the gate"
-        else:
-            # On a noisy target the best's score drifts with the machine: compare with the
-            # median of what was recorded and every later re-measurement of the same version.
-            # Re-measurements exist only where a band sends gains to the confirmation: on a target
-            # without one, none was measured by avo (a line re-chained onto the trajectory can
-            # claim some, and `avo recover` takes them from there).
-            remeasured = state.remeasured.get(best.n, []) if band > 0 else []
-            reference = statistics.median([best.scalar, *remeasured])
-            tie = state.target.tie_tolerance
-            verdict = first_look(scalar, reference, direction, band, tie)
-            g = gain(scalar, reference, direction)
-            measured = [scalar]
-            if verdict == "accept" and band > 0 and g > band and state.options.noise.recheck_gains:
-                # The case where one draw would decide is the one a lucky draw, or a machine
-                # that slowed the reference (a false 2-thread attention_c score did), gets in.
-                say(f"gain {g:+.1%} is beyond the noise band (±{band:.0%}): measuring the candidate once more ...")
-                again = _evaluate_tree(run, tree, f"step{step}-again")
-                if again.scalar is not None:
-                    measured.append(again.scalar)
-                    if gain(again.scalar, reference, direction) <= band:
-                        verdict = "confirm"
-                    elif gain(again.scalar, scalar, direction) < 0:
-                        evaluation, scalar = again, again.scalar  # the score both draws support
-            if again is not None and again.scalar is None:
-                reason = (f"measured again to confirm a gain of {g:+.1%} beyond the noise band, it failed: "
-                          f"{again.result.error or 'failed the gate'}")
-            elif verdict != "confirm":
-                decision = single_decision(scalar, reference, best.n, direction, tie)
-                accepted, new_best, reason = decision.accepted, decision.new_best, decision.reason
-                decided = decision.gain
-                if len(measured) > 1:
-                    reason += (f"; measured twice ({fmt_number(measured[0])}, {fmt_number(measured[1])}), "
-                               "the lower kept")
-            else:
-                say(f"gain {gain(measured[-1], reference, direction):+.1%} is inside the noise band "
-                    f"(±{band:.0%}): re-measuring the candidate and "
-                    f"v{best.n} {state.options.noise.confirm_runs}× each, interleaved ...")
-                looks = [first] if again is None else [first, again]
-                cand_runs, best_runs, cand_secrets, errors = _confirm_runs(run, tree, looks)
-                if best_runs:
-                    state.remeasured.setdefault(best.n, []).extend(best_runs)
-                confirm_info = {"candidate": cand_runs, "best": best_runs}
-                if all(cand_secrets):  # every draw the median comes from can be replayed (avo verify)
-                    confirm_info["candidate_secrets"] = cand_secrets
-                if errors:
-                    reason = f"a confirmation run failed: {errors[0]}"
-                else:
-                    decision = confirm(cand_runs, best_runs, direction, band)
-                    accepted, new_best = decision.accepted, decision.new_best
-                    scalar, reason, decided = decision.scalar, decision.reason, decision.gain
-            outcome = "accepted" if accepted else "rejected"
 
         state.steps = step
         state.evaluations += 1
@@ -1218,18 +1332,17 @@ def submit(
             state.supervisor.redirect_step = None
         record: dict[str, Any] = {
             "kind": "submit", "id": f"step{step}", "step": step, "outcome": outcome, "message": message,
-            "tree": tree, "scalar": scalar, "metrics": evaluation.result.metrics,
-            "error": evaluation.result.error, "notes": evaluation.result.notes,
-            "best_before": best.n, "reason": reason, "wall_s": round(evaluation.wall_s, 3),
+            "tree": code, "scalar": scalar, "metrics": j.metrics,
+            "error": evaluation.result.error, "notes": j.notes,
+            "best_before": best.n, "reason": j.reason, "wall_s": round(evaluation.wall_s, 3),
             "log": evaluation.log_path.name, "fingerprint": fingerprint, "sandbox": state.sandbox,
             "new_best": new_best,
             "where": evaluation.where, "cpu": evaluation.cpu, "secret": evaluation.secret,
         }
-        if confirm_info:
-            record["confirm"] = confirm_info
-        if again is not None:
-            record["recheck"] = {"scalars": measured, "logs": [first.log_path.name, again.log_path.name],
-                                 "error": again.result.error}
+        if j.confirm:
+            record["confirm"] = j.confirm
+        if j.recheck is not None:
+            record["recheck"] = j.recheck
         if migrant is not None:
             record["migrant"] = migrant.origin.model_dump()
         if extra:
@@ -1238,8 +1351,8 @@ def submit(
         diff_path: Path | None = None
         if accepted and scalar is not None:
             n = len(state.versions)
-            version = Version(n=n, sha="", tree="", scalar=scalar, metrics=evaluation.result.metrics,
-                              message=message, step=step, time=time.time(), notes=evaluation.result.notes,
+            version = Version(n=n, sha="", tree="", scalar=scalar, metrics=j.metrics,
+                              message=message, step=step, time=time.time(), notes=j.notes,
                               spread=evaluation.result.spread, new_best=new_best, secret=evaluation.secret)
             scores = _scores_with(run, version)
             # Built from tree objects, no index: nothing another process writes can change it;
@@ -1281,7 +1394,7 @@ def submit(
         else:
             diff_path = paths.rejected / f"step{step:04d}-{outcome}.diff"
             came = f"\n# migrant from {migrant.origin.describe()}" if migrant is not None else ""
-            header = f"# step {step} {outcome}: {message}{came}\n# {reason}\n"
+            header = f"# step {step} {outcome}: {message}{came}\n# {j.reason}\n"
             # Renamed into place: a link the agent put at this name (into .avo/, say) is replaced,
             # never written through (its key was overwritten with a diff it could rebuild).
             write_json_atomic(diff_path, header + diff, sync="file", own=1)
@@ -1290,7 +1403,8 @@ def submit(
             # and the reset below would destroy them: archive them too (a migrant left work/ alone).
             unchanged = _archive_late_edits(run, step, tree if migrant is None else best.sha, notes,
                                             since=signature)
-            _write_journal(paths, {"kind": "reject", "step": step, "record": record, "diff_path": str(diff_path)})
+            _write_journal(paths, {"kind": "reject", "step": step, "record": record, "diff_path": str(diff_path),
+                                   "measured": tree})
             state.failures_in_row = state.failures_in_row + 1 if outcome == "failed" else 0
             state.steps_since_best += 1
             _update_supervisor(state, fingerprint, outcome)
@@ -1309,8 +1423,8 @@ def submit(
         kept.unlink(missing_ok=True)
         if state.supervisor.due:
             append_trajectory(paths, {"kind": "supervisor_due", "step": step, "reason": state.supervisor.reason})
-        return SubmitOutcome(step, outcome, evaluation, version, state.best_version, reason, diff_path,
-                             state.supervisor.due, state.supervisor.reason, notes, decided)
+        return SubmitOutcome(step, outcome, evaluation, version, state.best_version, j.reason, diff_path,
+                             state.supervisor.due, state.supervisor.reason, notes, j.decided)
 
 
 def revert(run: Run, message: str | None = None) -> Path | None:
@@ -1330,14 +1444,16 @@ def revert(run: Run, message: str | None = None) -> Path | None:
         note = clean_message(message or "").strip()
         if diff.strip():
             stamp = time.strftime("%Y%m%d-%H%M%S")
-            path = run.paths.rejected / f"reverted-{stamp}-step{step:04d}.diff"
-            header = f"# reverted before submit (step {step})" + (f": {note}" if note else "")
+            # Named by the step it came after: a revert uses no step of the budget.
+            path = _unused_name(run.paths.rejected / f"reverted-{stamp}-after-step{step - 1:04d}.diff")
+            header = f"# reverted after step {step - 1} (not submitted, no step used)" + (f": {note}" if note else "")
             write_json_atomic(path, header.replace("\n", " ") + "\n" + diff, sync="file", own=1)
         # A changed .gitignore is in the diff: files only it ignored go beside the diff (revert_line names them).
         run.lineage.reset_hard(best.sha, keep_into=kept_files_folder(path) if path else None)
         append_trajectory(run.paths, {"kind": "revert", "step": step, "message": note or None,
                                       "diff": str(path.relative_to(run.paths.root)) if path else None,
-                                      "tree": tree if path else None, "best_before": best.n})
+                                      "tree": run.lineage.code_tree(tree) if path else None,
+                                      "best_before": best.n})
         return path
 
 

@@ -42,6 +42,7 @@ class Evaluation:
     where: str | None = None  # the executor and node that produced it (avo.executors.where)
     secret: str | None = None  # the fresh secret it drew its inputs with (recorded after it ended)
     cpu: str | None = None  # the class of the CPU it ran on (avo.host_cpu): a timed score is comparable under it
+    label: str | None = None  # what it was within its command (step3, step3-again, confirm0-best), for the record
 
 
 @dataclass(frozen=True)

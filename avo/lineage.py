@@ -1072,6 +1072,15 @@ class Lineage:
     def _mktree(self, entries: list[tuple[str, str, str, str]]) -> str:
         return self.objects().write("tree", _tree_bytes(entries))
 
+    def code_tree(self, tree: str) -> str:
+        """``tree`` without avo's folder at its top (``.avo/``, the score file): the candidate's code
+        as its evaluation sees it (the snapshot leaves that folder out), so the same code has one
+        id before and after a version's score file lands in work/. A ``.avo`` that is not a folder
+        stays: it fails the candidate, so it is part of what was measured."""
+        entries = self._entries(tree)
+        kept = [e for e in entries if not (e[3] == META_DIR and e[1] == "tree")]
+        return tree if len(kept) == len(entries) else self._mktree(kept)
+
     def tree_with_file(self, base_tree: str, rel: str, content: bytes) -> str:
         """``base_tree`` with one file set to ``content``, built from tree objects (no index).
 

@@ -329,8 +329,8 @@ class AvoTools:
         self,
         run: RunArg = None,
         attempts: Annotated[bool, Field(
-            description="List every attempt (accepted, match, rejected, failed, reverted) instead of accepted "
-                        "versions.")
+            description="List every attempt (accepted, match, rejected, failed; reverted and aborted ones, "
+                        "which use no step, as 'after step K') instead of accepted versions.")
         ] = False,
     ) -> str:
         from avo.numbers import display_digits

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from decimal import Decimal, InvalidOperation
 
 PREFIX = "avo-progress: "
 _listeners: list[Callable[[str], None]] = []
@@ -35,3 +36,23 @@ def emit(line: str) -> None:
     """Pass one progress line (prefix stripped) to the current listener, if any."""
     if _listeners:
         _listeners[-1](line)
+
+
+def says_baseline(line: str, name: str, shown: str) -> bool:
+    """Whether progress ``line`` already said what avo's own line for baseline ``name`` says
+    (``shown``: what avo prints after ``baseline NAME: ``), so ``avo start`` prints it once.
+
+    The same text, or a number that reads as avo's at avo's precision (``2,734.97`` for
+    ``2,735.0``); a coarser one (``3`` for ``3.4``) or another value leaves avo's line to print.
+    """
+    prefix = f"baseline {name}: "
+    if not line.startswith(prefix):
+        return False
+    said = line[len(prefix):].strip()
+    if said == shown.strip():
+        return True
+    try:
+        theirs, ours = (Decimal(text.replace(",", "")) for text in (said, shown.strip()))
+        return bool(theirs.is_finite() and ours.is_finite() and theirs.quantize(ours) == ours)
+    except (InvalidOperation, ValueError):  # not a number (`measured`, a failure), or past quantize's range
+        return False

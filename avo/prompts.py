@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from avo.attempts import after_step
 from avo.contract import gain
 from avo.numbers import display_digits, fmt_number, fmt_pct
 from avo.policy import fmt_tolerance
@@ -113,13 +114,14 @@ def _kb_index(run: Run) -> str:
 
 # Every line _is_attempt keeps holds one of these as avo writes it (json.dumps: `": "`); an
 # accepted submit holds none, so a run without rejections is not parsed line by line.
-ATTEMPT_NEEDLES = (b'"outcome": "rejected"', b'"outcome": "failed"', b'"revert"')
+ATTEMPT_NEEDLES = (b'"outcome": "rejected"', b'"outcome": "failed"', b'"revert"', b'"aborted"')
 
 
 def _is_attempt(r: dict[str, Any]) -> bool:
-    """A step that did not become a version: a rejected or failed submit, a revert with changes."""
+    """An attempt that did not become a version: a rejected or failed submit, a revert with
+    changes, a submit aborted before its decision."""
     return bool((r.get("kind") == "submit" and r.get("outcome") != "accepted")
-                or (r.get("kind") == "revert" and r.get("diff")))
+                or (r.get("kind") == "revert" and r.get("diff")) or r.get("kind") == "aborted")
 
 
 def _rejected(records: list[dict[str, Any]], limit: int = MAX_REJECTED, digits: int | None = None) -> str:
@@ -129,8 +131,12 @@ def _rejected(records: list[dict[str, Any]], limit: int = MAX_REJECTED, digits: 
     out = []
     for r in rows:
         if r.get("kind") == "revert":
-            out.append(f"- step {r['step']} reverted (not submitted): {_trim(r.get('message'), 100) or '(no message)'}"
-                       f" (diff: {r['diff']})")
+            out.append(f"- reverted {after_step(r)} (not submitted, no step used): "
+                       f"{_trim(r.get('message'), 100) or '(no message)'} (diff: {r['diff']})")
+            continue
+        if r.get("kind") == "aborted":
+            out.append(f"- submit aborted {after_step(r)} (not decided, no step used): {_trim(r.get('message'), 100)}"
+                       f" → error: {_trim(r.get('error'), 240)}")
             continue
         what = f"error: {_trim(r.get('error'), 240)}" if r.get("outcome") == "failed" else (
             f"scalar {fmt_number(r.get('scalar'), digits)} — {_trim(r.get('reason'), 120)}")
@@ -288,12 +294,16 @@ def supervisor_brief(run: Run) -> str:
     spec = state.target
     records = read_trajectory(run.paths)
     digits = display_digits(state)
-    steps = [r for r in records if r.get("kind") == "submit" or (r.get("kind") == "revert" and r.get("diff"))]
+    steps = [r for r in records if r.get("kind") == "submit" or _is_attempt(r)]
     rows = ["| step | outcome | scalar | vs best before | message | error |", "|---|---|---|---|---|---|"]
     for r in steps:
         if r.get("kind") == "revert":
-            rows.append(f"| {r['step']} | reverted | — | not submitted ({_cell(r.get('diff'), 80)}) | "
-                        f"{_cell(r.get('message'), 70)} |  |")
+            rows.append(f"| {after_step(r)} | reverted | — | not submitted, no step used "
+                        f"({_cell(r.get('diff'), 80)}) | {_cell(r.get('message'), 70)} |  |")
+            continue
+        if r.get("kind") == "aborted":
+            rows.append(f"| {after_step(r)} | aborted | — | not decided, no step used | "
+                        f"{_cell(r.get('message'), 70)} | {_cell(r.get('error'), 80)} |")
             continue
         outcome = r["outcome"] + (" (match)" if r["outcome"] == "accepted" and r.get("new_best") is False else "")
         rows.append(

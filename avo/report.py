@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from avo.attempts import after_step
 from avo.contract import gain
 from avo.errors import AvoError
 from avo.numbers import display_digits, fmt_pct
@@ -187,7 +188,7 @@ def _archived(run: Run, rel: Any) -> str:
 
 
 def _attempts(run: Run, records: list[dict[str, Any]]) -> str:
-    parts = ['<section id="attempts"><h2>Rejected, failed and reverted attempts</h2>']
+    parts = ['<section id="attempts"><h2>Rejected, failed, reverted and aborted attempts</h2>']
     d = display_digits(run.state)
     shown = 0
     for rec in records:
@@ -206,14 +207,33 @@ def _attempts(run: Run, records: list[dict[str, Any]]) -> str:
             parts.append(_archived(run, rec.get("diff")))
             shown += 1
         elif kind == "revert" and rec.get("diff"):
-            parts.append(f'<h3 class="muted">step {_e(rec.get("step"))} reverted (not submitted)</h3>')
+            parts.append(f'<h3 class="muted">reverted {_e(after_step(rec))} (not submitted, no step used)</h3>')
             if rec.get("message"):
                 parts.append(f"<p>{_e(rec['message'])}</p>")
             parts.append(_archived(run, rec.get("diff")))
             shown += 1
+        elif kind == "aborted":
+            parts.append(_aborted(run, rec, d))
+            shown += 1
     if not shown:
         parts.append('<p class="muted">none: every submit entered the lineage.</p>')
     parts.append("</section>")
+    return "".join(parts)
+
+
+def _aborted(run: Run, rec: dict[str, Any], digits: int | None) -> str:
+    """A submit aborted before its decision (its evaluation refused): the draws it had."""
+    parts = [f'<h3 class="failed">submit aborted {_e(after_step(rec))} (not decided, no step used)</h3>'
+             f"<p>{_e(rec.get('message'))}</p>"]
+    if rec.get("error"):
+        parts.append(f'<pre class="failed">{_e(rec["error"])}</pre>')
+    draws = rec.get("draws")
+    measured = [x for x in draws if isinstance(x, dict) and isinstance(x.get("scalar"), (int, float))] \
+        if isinstance(draws, list) else []
+    if measured:
+        parts.append('<p class="muted">measured before it was aborted: ' + _e(", ".join(
+            f"{x.get('label')} {_num(x['scalar'], digits)}" for x in measured)) + "</p>")
+    parts.append(_archived(run, rec.get("diff")))
     return "".join(parts)
 
 

@@ -253,9 +253,12 @@ def status_lines(data: dict[str, Any]) -> list[str]:
 def attempt_lines(records: list[dict[str, Any]], digits: int | None = None) -> list[str]:
     """Every attempt from the trajectory, one line each (``avo log --attempts``).
 
-    Columns: step, outcome (accepted, match, rejected, failed or reverted), the version it
-    became, its scalar (or the error), and the message.
+    Columns: step, outcome (accepted, match, rejected or failed), the version it became, its
+    scalar (or the error), and the message. A revert and an aborted submit used no step: their
+    lines say which step they came after (``after step 0: reverted, no step used — ...``).
     """
+    from avo.attempts import after_step
+
     lines = []
     for x in records:
         if x.get("kind") == "submit":
@@ -264,6 +267,10 @@ def attempt_lines(records: list[dict[str, Any]], digits: int | None = None) -> l
             what = fmt_number(x.get("scalar"), digits) if x.get("scalar") is not None else (x.get("error") or "")[:80]
             lines.append(f"step {x['step']:>3} {outcome:<8}{tag:<5} {what:<12} {x.get('message', '')}")
         elif x.get("kind") == "revert" and x.get("diff"):
-            lines.append(f"step {x['step']:>3} {'reverted':<8}{'':<5} {'—':<12} {x.get('message') or '(no message)'}"
+            lines.append(f"{after_step(x)}: reverted, no step used — {x.get('message') or '(no message)'}"
                          f"  [{x['diff']}]")
+        elif x.get("kind") == "aborted":
+            where = f"  [{x['diff']}]" if x.get("diff") else ""
+            lines.append(f"{after_step(x)}: submit aborted, no step used — {x.get('message') or '(no message)'}: "
+                         f"{str(x.get('error') or '')[:80]}{where}")
     return lines

@@ -123,7 +123,7 @@ def grow(run_dir: Path, versions: int, records: int) -> float:
                     "correct": True, "scalar": v.scalar, "metrics": v.metrics, "error": None, "notes": None,
                     "gain_vs_best": 0.0,
                     "wall_s": 0.1, "log": "x.log", "warning": None, "screening": False, "sandbox": state.sandbox,
-                    "where": "local", "cpu": cpu, "secret": None})
+                    "where": "local", "cpu": cpu, "secret": None, "best_before": v.n - 1, "diff": None})
         evaluations += 1
         append({"time": v.time, "kind": "submit", "id": f"step{v.step}", "step": v.step, "outcome": "accepted",
                 "message": v.message, "tree": evaluated, "scalar": v.scalar, "metrics": v.metrics, "error": None,

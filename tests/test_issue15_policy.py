@@ -103,6 +103,35 @@ def test_precision_distinguishes_every_version(tmp_path: Path, runs_root: Path, 
     assert fmt_pct(1e-6) == "+0.00010%" and fmt_pct(0.0) == "+0.0%"
 
 
+def test_a_revert_is_named_by_the_step_it_came_after_not_as_a_step(
+        tmp_path: Path, runs_root: Path, core_plugins: None) -> None:
+    # A revert uses no step, yet `avo log --attempts` labelled two reverts "step 1" beside
+    # `avo status`'s "steps 0/12" (game2048 run 4).
+    from avo.report import build_report
+
+    run = start_run(str(value_target(tmp_path)), runs_root, max_steps=12)
+    for a in (1.0, 2.0):
+        set_values(run.paths.work, a, 1.0)
+        assert revert(run, f"A = {a} abandoned") is not None
+    set_values(run.paths.work, 200.0, 50.0)
+    assert submit(run, "A = 200").outcome == "accepted"
+    set_values(run.paths.work, 3.0, 1.0)
+    path = revert(run, "A = 3 abandoned")
+    assert path is not None and path.name.endswith("-after-step0001.diff")
+    assert path.read_text().startswith("# reverted after step 1 (not submitted, no step used): A = 3 abandoned")
+    result = runner.invoke(app, ["log", "--attempts", "--run", str(run.paths.root)])
+    lines = result.output.splitlines()
+    assert [line.split(" — ")[0] for line in lines] == [
+        "after step 0: reverted, no step used", "after step 0: reverted, no step used",
+        "step   1 accepted v1   100          A = 200", "after step 1: reverted, no step used"], lines
+    assert len({line.rsplit("[", 1)[1] for line in lines if "reverted" in line}) == 3  # one diff each
+    status = runner.invoke(app, ["status", "--run", str(run.paths.root)]).output
+    assert "steps 1/12" in status
+    assert "| after step 1 | reverted |" in supervisor_brief(run)
+    assert "reverted after step 1 (not submitted, no step used): A = 3 abandoned" in variation_prompt(run)
+    assert "reverted after step 1 (not submitted, no step used)" in build_report(run, plot=False)
+
+
 def test_declared_precision_wins(tmp_path: Path, runs_root: Path, core_plugins: None) -> None:
     run = start_run(str(value_target(tmp_path, "  precision: 8")), runs_root)
     assert display_digits(run.state) == 8
@@ -118,8 +147,8 @@ def test_revert_is_an_attempt_everywhere(tmp_path: Path, runs_root: Path, core_p
     assert rec["message"] == "dead end: A must stay large" and rec["diff"].startswith("rejected/reverted-")
     lines = attempt_lines(read_trajectory(run.paths))
     assert any("reverted" in line and "dead end: A must stay large" in line for line in lines), lines
-    assert "| 1 | reverted |" in supervisor_brief(run)
-    assert "reverted (not submitted): dead end" in variation_prompt(run)
+    assert "| after step 0 | reverted |" in supervisor_brief(run)
+    assert "reverted after step 0 (not submitted, no step used): dead end" in variation_prompt(run)
     result = runner.invoke(app, ["log", "--attempts", "--run", str(run.paths.root)])
     assert "reverted" in result.output and "dead end" in result.output
     set_values(run.paths.work, 2.0, 2.0)

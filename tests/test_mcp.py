@@ -162,9 +162,11 @@ def test_full_step_then_stall_supervisor_and_redirect(client: Client) -> None:
     assert "SUPERVISOR DUE: stalled: 3 steps without a new best" in outcomes[2]
     assert "call avo_supervisor_brief" in outcomes[2]
     attempts = client.ok("avo_lineage", run=run_id, attempts=True)
-    # The revert above is an attempt too (issue 15), listed where it happened.
-    assert [line.split()[2] for line in attempts.splitlines()] == ["accepted", "reverted", "rejected", "rejected",
-                                                                   "rejected"]
+    # The revert above is an attempt too (issue 15), listed where it happened...
+    assert [line.split()[2] for line in attempts.splitlines() if line.startswith("step ")] == [
+        "accepted", "rejected", "rejected", "rejected"]
+    # ...named by the step it came after: a revert uses no step.
+    assert attempts.splitlines()[1].startswith("after step 1: reverted, no step used")
 
     blocked = client.error("avo_next_step", run=run_id)
     assert "blocked: the supervisor is due (stalled: 3 steps without a new best)" in blocked

@@ -215,3 +215,167 @@ def test_the_prompt_tells_the_agent_how_noise_is_handled(noisy: Path, toy: Path,
     assert "One measurement varies by about ±5% here: a gain inside that band is\n   re-measured 5× beside v0" in prompt
     assert "measured a second time and recorded at the lower draw" in prompt
     assert "varies by about" not in variation_prompt(start_run(str(toy), runs_root))  # no band: no rule
+
+
+BANKS = textwrap.dedent(
+    """
+    import json, os, random, runpy, sys
+    from pathlib import Path
+    workdir = Path(sys.argv[1])
+    ns = runpy.run_path(str(workdir / "model.py"))
+    counter = Path(os.environ["NOISE_COUNTER"])
+    i = int(counter.read_text()) if counter.exists() else 0
+    counter.write_text(str(i + 1))
+    if ns.get("TAMPER") == i:   # the operator edits the installed evaluator during this draw
+        with open(os.environ["BANKS_TARGET"] + "/eval.py", "a") as fh:
+            fh.write("# edited during a submit\\n")
+    draw = random.Random(i)
+    true = 100.0 * ns["QUALITY"]
+    banks = {f"bank{k}": true * (1 + draw.uniform(-0.01, 0.01) * ns.get("NOISY", 1)) for k in (1, 2, 3)}
+    print(json.dumps({"correct": True, "metrics": banks, "notes": f"draw {i}"}))
+    """
+)
+
+
+def banks_target(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, confirm_runs: int) -> Path:
+    """A noisy target with three banks (game2048's shape): the scalar is their geometric mean."""
+    target = tmp_path / "banks"
+    (target / "seed").mkdir(parents=True)
+    (target / "seed" / "model.py").write_text("QUALITY = 1.0\n")
+    (target / "eval.py").write_text(BANKS)
+    (target / "target.yaml").write_text(textwrap.dedent(
+        f"""
+        name: banks
+        entrypoint: model.py
+        knowledge_base: null
+        evaluate:
+          command: ["{{python}}", "{{target}}/eval.py", "{{workdir}}"]
+          timeout: 30s
+        score:
+          noise: {{band: 0.08, confirm_runs: {confirm_runs}}}
+        """))
+    monkeypatch.setenv("NOISE_COUNTER", str(tmp_path / "counter"))
+    monkeypatch.setenv("BANKS_TARGET", str(target))
+    monkeypatch.setenv("AVO_SANDBOX", "none")  # the evaluator keeps a counter outside the candidate
+    return target
+
+
+@pytest.mark.parametrize("confirm_runs", [3, 4])  # four candidate draws (a median between two), five
+def test_a_confirmed_version_records_the_metrics_of_its_median(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runs_root: Path, core_plugins: None,
+        confirm_runs: int) -> None:
+    # v1 of game2048 run 2 recorded the median 59,492 as its scalar but the banks of its first
+    # draw (57,840): `avo log`, the plot's bank panels and the report disagreed with the scalar.
+    import statistics
+
+    from avo.contract import geometric_mean
+    from avo.engine import open_run
+
+    run = start_run(str(banks_target(tmp_path, monkeypatch, confirm_runs)), runs_root)
+    set_model(run.paths.work, 1.05)
+    out = submit(run, "5 % better")
+    assert out.outcome == "accepted" and out.version is not None and "confirmed" in out.reason
+    v1 = out.version
+    record = next(r for r in read_trajectory(run.paths) if r.get("kind") == "submit")
+    draws = record["confirm"]["candidate_draws"]
+    assert len(draws) == confirm_runs + 1 and [d["scalar"] for d in draws] == record["confirm"]["candidate"]
+    assert v1.scalar == statistics.median(d["scalar"] for d in draws)
+    assert geometric_mean(v1.metrics.values()) == pytest.approx(v1.scalar, rel=1e-12)
+    assert record["metrics"] == v1.metrics and record["notes"] == v1.notes
+    if confirm_runs % 2 == 0:  # an odd count of draws: the median is one of them, with its own figures
+        middle = next(d for d in draws if d["scalar"] == v1.scalar)
+        assert v1.metrics == middle["metrics"] and v1.notes == middle["notes"]
+    else:
+        ranked = sorted(draws, key=lambda d: d["scalar"])[1:3]
+        assert v1.notes == " | ".join(d["notes"] for d in ranked)
+        for bank, value in v1.metrics.items():
+            assert min(d["metrics"][bank] for d in ranked) <= value <= max(d["metrics"][bank] for d in ranked)
+    assert draws[0]["metrics"] != v1.metrics  # not the first draw's
+    # Every draw keeps its own notes, metrics and log, the best's too.
+    assert [d["label"] for d in draws] == ["step1", *(f"confirm{i}-cand" for i in range(confirm_runs))]
+    assert [d["label"] for d in record["confirm"]["best_draws"]] == [f"confirm{i}-best" for i in range(confirm_runs)]
+    assert all(d["notes"].startswith("draw ") and (run.paths.logs / d["log"]).is_file()
+               for d in [*draws, *record["confirm"]["best_draws"]])
+    # The commit, the score file and every view carry the same figures (the record check agrees).
+    state = open_run(run.paths.root, runs_root).state
+    assert state.versions[1].metrics == v1.metrics
+
+
+def test_a_submit_aborted_by_a_changed_evaluator_is_recorded_with_its_draws(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runs_root: Path, core_plugins: None) -> None:
+    # An edit of the installed evaluator during a confirmation rightly refuses the next draw; the
+    # submit recorded nothing, its first draw and the finished pair only in logs/ (game2048 run 3).
+    from typer.testing import CliRunner
+
+    from avo.cli.app import app
+    from avo.engine import evaluate_work, open_run
+    from avo.errors import IntegrityError
+    from avo.prompts import supervisor_brief
+    from avo.report import build_report
+
+    run = start_run(str(banks_target(tmp_path, monkeypatch, 3)), runs_root)
+    drawn = int((tmp_path / "counter").read_text())  # the index of the submit's first draw
+    # step1 = drawn, confirm0-best = drawn + 1, confirm0-cand = drawn + 2 edits the evaluator.
+    set_model(run.paths.work, 1.02, extra=f"NOISY = 0\nTAMPER = {drawn + 2}\n")
+    with pytest.raises(IntegrityError, match="the evaluator changed") as refused:
+        submit(run, "2 % better")
+    assert "recorded as an attempt that used no step, with the 3 draw(s) it had" in str(refused.value)
+    record = read_trajectory(run.paths)[-1]
+    assert record["kind"] == "aborted" and record["step"] == 1 and record["message"] == "2 % better"
+    assert "the evaluator changed" in record["error"]
+    assert [d["label"] for d in record["draws"]] == ["step1", "confirm0-best", "confirm0-cand"]
+    assert [d["notes"] for d in record["draws"]] == [f"draw {drawn + k}" for k in range(3)]
+    assert all(d["scalar"] is not None and d["metrics"] for d in record["draws"])
+    assert "+TAMPER" in (run.paths.root / record["diff"]).read_text()
+    # No step, no decision, no re-measurement of v0 counted; work/ keeps the candidate.
+    state = open_run(run.paths.root, runs_root).state
+    assert state.steps == 0 and len(state.versions) == 1 and state.remeasured == {}
+    assert "QUALITY = 1.02" in (run.paths.work / "model.py").read_text()
+    lines = CliRunner().invoke(app, ["log", "--attempts", "--run", str(run.paths.root)]).output.splitlines()
+    assert lines[0].startswith("after step 0: submit aborted, no step used — 2 % better: ")
+    opened = open_run(run.paths.root, runs_root)
+    assert "| after step 0 | aborted | — | not decided, no step used | 2 % better |" in supervisor_brief(opened)
+    page = build_report(opened, plot=False)
+    assert "submit aborted after step 0 (not decided, no step used)" in page
+    best = record["draws"][1]["scalar"]  # v0 draws with noise; the candidate (NOISY = 0) scores 102 exactly
+    assert f"measured before it was aborted: step1 102.0, confirm0-best {best:.1f}, confirm0-cand 102.0" in page
+    # The refusal stands: nothing more is evaluated in this run.
+    with pytest.raises(IntegrityError, match="evaluator changed"):
+        evaluate_work(open_run(run.paths.root, runs_root))
+    assert read_trajectory(run.paths)[-1] == record
+
+
+def test_the_seeds_own_code_scoring_differently_is_flagged(noisy: Path, runs_root: Path,
+                                                          core_plugins: None) -> None:
+    # The seed's record named its tree before work/.avo/scores.jsonl existed, so evaluating the
+    # unchanged work/ again never met it: now both name the code alone.
+    from avo.engine import evaluate_work
+
+    spec = noisy / "target.yaml"
+    spec.write_text(spec.read_text().replace("noise: {band: 0.05, confirm_runs: 5}", "direction: maximize"))
+    run = start_run(str(noisy), runs_root)
+    report = evaluate_work(run)
+    assert report.warning is not None and "in seed" in report.warning and "not deterministic" in report.warning
+
+
+def test_metrics_at_a_median_between_two_draws(tmp_path: Path) -> None:
+    from avo.contract import geometric_mean, scalar_of
+    from avo.draws import at_median
+    from avo.evaluation import Evaluation
+    from avo.models import EvalResult
+
+    def draw(metrics: dict[str, float], primary: float | None = None, notes: str | None = None) -> Evaluation:
+        result = EvalResult(correct=True, metrics=metrics, primary=primary, notes=notes)
+        return Evaluation(result, scalar_of(result)[0], 1.0, tmp_path / "x.log")
+
+    # Four draws: the median is the mean of the middle two; the geometric mean of the metrics is it.
+    draws = [draw({"a": 10, "b": 40}, notes="n1"), draw({"a": 30, "b": 30}, notes="n2"),
+             draw({"a": 50, "b": 20}, notes="n3"), draw({"a": 90, "b": 90}, notes="n4")]
+    metrics, notes = at_median(draws)  # scalars 20, 30, 31.6, 90
+    assert geometric_mean(metrics.values()) == pytest.approx((30 + 1000 ** 0.5) / 2, rel=1e-12)
+    assert 30 <= metrics["a"] <= 50 and 20 <= metrics["b"] <= 30 and notes == "n2 | n3"
+    # A target's own scalar (primary): the metrics halfway, as the median is.
+    metrics, _ = at_median([draw({"a": 1.0}, primary=2.0), draw({"a": 3.0}, primary=4.0)])
+    assert metrics == {"a": 2.0}
+    # An odd count: the middle draw's own figures.
+    assert at_median(draws[:3]) == ({"a": 30, "b": 30}, "n2")

@@ -444,7 +444,7 @@ def test_a_revert_does_not_move_ignored_files_through_a_link_inside_a_folder_the
     now = time.time()
     for second in range(-2, 30):  # the diff's name holds the second
         stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now + second))
-        made = run.paths.rejected / f"reverted-{stamp}-step0001-ignored-files"
+        made = run.paths.rejected / f"reverted-{stamp}-after-step0000-ignored-files"
         made.mkdir(parents=True)
         os.symlink("../../.avo", made / "sub")
     revert(open_run(run.paths.root, runs_root), "nope")

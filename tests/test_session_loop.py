@@ -96,8 +96,62 @@ def test_full_session_loop(toy: Path, runs_root: Path, core_plugins: None) -> No
     kinds = [r["kind"] for r in read_trajectory(paths)]
     assert kinds.count("submit") == 5 and "supervisor_brief" in kinds and "supervisor_record" in kinds
     assert sorted(p.name for p in paths.rejected.iterdir()) == [
-        "step0002-rejected.diff", "step0003-failed.diff", "step0004-rejected.diff"]
+        "eval0002.diff", "step0002-rejected.diff", "step0003-failed.diff", "step0004-rejected.diff"]
     assert run.state.best == 2 and git(paths.work, "rev-parse", "HEAD").strip() == run.state.versions[2].sha
+
+
+def test_an_evaluation_records_the_candidates_code_not_avos_score_file(toy: Path, runs_root: Path,
+                                                                      core_plugins: None) -> None:
+    # work/.avo/scores.jsonl changes with every version, and was part of the recorded tree: v0's
+    # own code evaluated again had another id than the seed's evaluation (game2048 run 4).
+    run = start_run(str(toy), runs_root)
+    paths = run.paths
+    assert (paths.work / ".avo" / "scores.jsonl").exists()
+    evaluate_work(run)
+    set_constants(paths.work, x=6)
+    evaluate_work(run)
+    assert submit(run, "X=6").outcome == "accepted"
+    evaluate_work(run)  # v1's code, now with v1's line in work/.avo/scores.jsonl
+    trees = {r["id"]: r["tree"] for r in read_trajectory(paths) if r.get("tree")}
+    assert trees["seed"] == trees["eval2"] and trees["eval3"] == trees["step1"] == trees["eval5"]
+    assert trees["seed"] != trees["eval3"]
+    # The recorded id names exactly what the evaluator saw: the candidate without avo's folder.
+    for name in ("seed", "eval3"):
+        assert git(paths.work, "ls-tree", "--name-only", trees[name]).split() == ["solution.py"]
+    v1 = open_run(paths.root, runs_root).state.versions[1]
+    assert git(paths.work, "diff-tree", "-r", "--name-only", trees["step1"], v1.tree).split() == [".avo/scores.jsonl"]
+
+
+def test_an_evaluated_tree_overwritten_in_work_stays_retrievable(toy: Path, runs_root: Path,
+                                                                 core_plugins: None, tmp_path: Path) -> None:
+    # A screened tree then overwritten in work/ was only a tree id in the trajectory (an object
+    # git may prune); the operator kept copies by hand (game2048 run 4).
+    from avo.examples import export_run
+
+    run = start_run(str(toy), runs_root)
+    paths = run.paths
+    evaluate_work(run)  # the best's own code: nothing to keep
+    set_constants(paths.work, x=6)
+    evaluate_work(run)
+    evaluate_work(run)  # the same code again against the same best: the same diff
+    set_constants(paths.work, x=5)
+    evaluate_work(run)
+    assert revert(run, "neither") is not None
+    evals = [r for r in read_trajectory(paths) if r.get("kind") == "eval" and r["id"] != "seed"]
+    assert [r["diff"] for r in evals] == [None, "rejected/eval0003.diff", "rejected/eval0003.diff",
+                                          "rejected/eval0005.diff"]
+    assert all(r["best_before"] == 0 for r in evals)
+    six = (paths.root / "rejected" / "eval0003.diff").read_text()
+    assert six.startswith("# eval3: work/ as avo-eval measured it (") and "+X = 6" in six
+    assert "+X = 5" in (paths.root / "rejected" / "eval0005.diff").read_text()
+    assert not (paths.root / "rejected" / "eval0004.diff").exists()
+    # It applies to the best version as it was: the evaluated tree, back again.
+    work = paths.work
+    subprocess.run(["git", "apply", "-"], input=six, text=True, cwd=work, check=True)
+    assert "X = 6" in (work / "solution.py").read_text()
+    # ...and an export ships it with the record.
+    export_run(open_run(paths.root, runs_root), tmp_path / "example", plot=False)
+    assert (tmp_path / "example" / "rejected" / "eval0003.diff").read_text() == six
 
 
 def test_match_is_accepted_but_is_not_a_new_best(toy: Path, runs_root: Path, core_plugins: None) -> None:

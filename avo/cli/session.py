@@ -252,7 +252,8 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
         runs_dir: RunsDir = None,
         attempts: Annotated[bool, typer.Option(
             "--attempts", help="Every attempt instead, one line each: step, outcome (accepted, match, rejected, "
-            "failed, reverted), the version it became, its scalar or error, and its message.")] = False,
+            "failed), the version it became, its scalar or error, and its message; a revert or an aborted "
+            "submit (neither uses a step) as 'after step K: reverted' or 'after step K: submit aborted'.")] = False,
         every: Annotated[bool, typer.Option(
             "--all", help="Every version in the table (by default v0 and the newest 49, the rest summarised "
             "in one line).")] = False,
@@ -260,8 +261,8 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
     ) -> None:
         """The lineage table: accepted versions with per-config scores (--attempts: every attempt).
 
-        With --json, the versions as recorded; with --json --attempts, every submit, revert and
-        evaluation record of the trajectory.
+        With --json, the versions as recorded; with --json --attempts, every submit, revert, aborted
+        submit and evaluation record of the trajectory.
         """
         from avo.cli.colony import colony_ref
         from avo.engine import open_run
@@ -286,7 +287,8 @@ def register(app: typer.Typer) -> None:  # noqa: C901 - one function per command
             if json_out:
                 data: Any = [v.model_dump() for v in r.state.versions]
                 if attempts:
-                    data = [x for x in read_trajectory(r.paths) if x.get("kind") in ("submit", "revert", "eval")]
+                    kinds = ("submit", "revert", "aborted", "eval")
+                    data = [x for x in read_trajectory(r.paths) if x.get("kind") in kinds]
                 print_json(data)
                 return
             if attempts:
