@@ -26,6 +26,7 @@ from avo.eval_inputs import derived_seed
 from avo.models import EvalOptions, EvalResult
 
 from avo_target_attention_c.build import PROTOTYPE, SERVE_PROTOTYPE, SYMBOL, BuildError, compile_kernel, compile_serve
+from avo_target_attention_c.contention import FOREIGN_MAX, Tally, usage
 from avo_target_attention_c.roofline import BF16_PER_FLOAT, Probe, roof_note
 from avo_target_attention_c.sandbox import SandboxFailure, Worker, choose_cpus
 from avo_target_attention_c.settings import ATOL, RTOL, D, Plan, plan
@@ -490,12 +491,20 @@ def measure(box: Worker, twin: Worker, jd: Judge, p: Plan, who: str, seed: int, 
     # do not drift alike, so each config samples the whole evaluation, not one window.
     rounds = max(1, p.rounds)
     collected: dict[str, list[tuple[float, float]]] = {cfg.key: [] for cfg in p.configs}
+    # Wall-clock timing (more threads) is refused where other processes ran on our CPUs (contention.py).
+    watched = jd.threads > 1 and p.steady is not None
+    others: dict[str, Tally] = {cfg.key: Tally() for cfg in p.configs}
     rates: dict[str, list[float]] = {cfg.key: [] for cfg in p.configs}
     plumbing: list[float] = []
     for rnd in range(rounds):
         for ci, cfg in enumerate(p.configs):
+            if watched:
+                t0, u0 = time.monotonic(), usage(jd.cpus, (box.cpu_ns(), twin.cpu_ns()))
             got = _pairs(box, twin, jd, p, cfg, who, seed + 100_000 * ci + 10_000 * rnd, rounds, check,
                          collected[cfg.key], probe)
+            if watched:
+                u1 = usage(jd.cpus, (box.cpu_ns(), twin.cpu_ns()))
+                others[cfg.key].add(u0, u1, time.monotonic() - t0, len(jd.cpus))
             collected[cfg.key] += got.pairs
             rates[cfg.key] += got.probe
             plumbing.append(got.plumbing)
@@ -542,6 +551,13 @@ def measure(box: Worker, twin: Worker, jd: Judge, p: Plan, who: str, seed: int, 
             "not scored: faster than this machine can compute: " + "; ".join(implausible)
             + ". A kernel's time must include all its work, done while the call runs, in the worker's own "
             "request loop; the full table is in the evaluation log")
+    crowded = [f"{key} {t.share:.0%}" for key, t in others.items() if t.share > FOREIGN_MAX]
+    if watched and crowded:
+        raise TooBusyToTime(
+            f"not timed: other processes ran on the evaluation's CPUs while it timed {jd.threads} threads per side "
+            f"on the wall clock, for this share of the CPUs' time: {', '.join(crowded)} (over {FOREIGN_MAX:.0%} is "
+            "refused). Taking a CPU from one side's threads slows the sides unequally (a busy loop pinned to one CPU "
+            "made a kernel of 8.1 score 40.5): evaluate again when nothing else runs")
     if contended:
         raise TooBusyToTime(
             f"not timed: the machine was too busy for a {jd.threads}-thread measurement on the wall clock: "
@@ -551,6 +567,11 @@ def measure(box: Worker, twin: Worker, jd: Judge, p: Plan, who: str, seed: int, 
     if steadiness:
         line = (f"median / fastest tenth of the calls (wall clock; over {p.steady:g}x is refused): "
                 + ", ".join(steadiness))
+        lines.append(line)
+        report(line)
+    if watched:
+        line = (f"other processes on the evaluation's CPUs while timing (share of their time; over {FOREIGN_MAX:.0%} "
+                "is refused): " + ", ".join(f"{key} {t.share:.0%}" for key, t in others.items()))
         lines.append(line)
         report(line)
     line = (f"subtracted from each call: an empty call timed beside it in a twin worker without candidate code "

@@ -271,7 +271,8 @@ class Worker:
 
     # -- requests ------------------------------------------------------------------------------
 
-    def _cpu_ns(self) -> int:
+    def cpu_ns(self) -> int:
+        """The worker process's CPU time (every thread of it), read from outside, in ns."""
         try:
             return time.clock_gettime_ns(self._clock)
         except OSError:
@@ -377,7 +378,7 @@ class Worker:
 
     def _timed(self, payload: bytes, wait: Callable[[], object], what: str) -> CallTime:
         """Send ``payload``, ``wait`` for its reply, and return what the request cost."""
-        c0, m0, t0 = self._cpu_ns(), self._main_ns(), time.perf_counter_ns()
+        c0, m0, t0 = self.cpu_ns(), self._main_ns(), time.perf_counter_ns()
         since_put = 0.0
         if self._put is not None:
             since_put = (c0 - self._put[0]) * 1e-9
@@ -414,7 +415,7 @@ class Worker:
         except OSError:
             self._died(what)
         wait()
-        t1, c1, m1 = time.perf_counter_ns(), self._cpu_ns(), self._main_ns()
+        t1, c1, m1 = time.perf_counter_ns(), self.cpu_ns(), self._main_ns()
         self._last_cpu = c1
         self._calls_total += (c1 - c0) * 1e-9
         return CallTime((c1 - c0) * 1e-9, (m1 - m0) * 1e-9, (t1 - t0) * 1e-9, busy)
@@ -429,7 +430,7 @@ class Worker:
         """
         if self.threads != 1 or self._last_cpu is None:
             return cost  # more threads: wall clock, and the idle totals bound what runs after it
-        now = self._cpu_ns()
+        now = self.cpu_ns()
         late = max(0.0, (now - self._last_cpu) * 1e-9)
         self._last_cpu = now
         if self.candidate:
@@ -449,7 +450,7 @@ class Worker:
         """Write the inputs, fill out with NaN (poison) and the cells around it with the canary."""
         size = q.size
         if self.candidate:
-            self._put = (self._cpu_ns(), self._main_ns())
+            self._put = (self.cpu_ns(), self._main_ns())
         sq, sk, sv, _ = self.views(size)
         sq[:], sk[:], sv[:] = q.reshape(-1), k.reshape(-1), v.reshape(-1)
         m, f = self.max_floats, self.flat

@@ -183,6 +183,68 @@ def test_with_two_threads_a_config_whose_calls_swing_is_refused_not_scored(
     assert quick.correct, quick.error
 
 
+def test_with_two_threads_a_process_on_the_evaluations_cpus_is_refused_not_scored(
+        candidate: Make, evaluate: Eval, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Attack (2026-12-04, examples/attention_c-run6): one busy loop pinned to the second CPU,
+    # started beside a 2-thread evaluation, made NumPy's calls steadily ~27x slower and the
+    # kernel's 1.5x: no swing to refuse, and a kernel recorded at 8.1 scored 40.5. An agent's
+    # shell can start such a loop beside its own submit.
+    import subprocess
+    import sys
+
+    import avo_target_attention_c.evaluate as ev
+    from avo_target_attention_c.settings import BenchConfig
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.fail("needs two CPUs")
+    monkeypatch.setenv("AVO_ATTENTION_C_THREADS", "2")
+    # A round of ~1 s (not a quick round's 20 pairs) for /proc/stat's 10 ms ticks to tell a share;
+    # a swing rule so lax it never refuses (microsecond calls swing with every wake-up): only the
+    # check of other processes' CPU can refuse here, as it would in a full evaluation.
+    small = plan(True).model_copy(update={"configs": [BenchConfig(heads=2, n=64, causal=False)],
+                                          "steady": 1e9, "max_pairs": 100_000, "min_time": 1.0, "max_time": 2.0})
+    monkeypatch.setattr(ev, "plan", lambda quick: small)
+    loop = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(loop.pid, {cpus[-1]})
+        attacked = evaluate(candidate(SEED))
+    finally:
+        loop.kill()
+        loop.wait()
+    assert not attacked.correct and attacked.error is not None
+    assert attacked.error.startswith("not timed: other processes ran on the evaluation's CPUs while it timed "
+                                     "2 threads per side on the wall clock"), attacked.error
+    assert "n64_noncausal" in attacked.error, attacked.error
+    # Nothing else running: scored, and the notes say how much ran beside it.
+    quiet = evaluate(candidate(SEED))
+    assert quiet.correct, quiet.error
+    assert quiet.notes is not None and "other processes on the evaluation's CPUs while timing" in quiet.notes
+
+
+def test_foreign_cpu_time_is_the_cpus_busy_time_less_the_evaluations_own() -> None:
+    from avo_target_attention_c.contention import TICK_SLACK, Tally, Usage, busy_seconds, foreign
+
+    tick = 1 / os.sysconf("SC_CLK_TCK")
+    stat = ("cpu  9 9 9 9 9 9 9 9 0 0\n"
+            "cpu0 100 5 20 900 7 1 2 50 0 0\n"  # user nice system idle iowait irq softirq steal
+            "cpu1 200 0 10 800 0 0 0 0 0 0\n"
+            "cpu2 999 999 999 0 0 0 0 0 0 0\n")
+    assert busy_seconds([0], stat) == pytest.approx(128 * tick)  # idle, iowait and steal are not busy
+    assert busy_seconds([0, 1], stat) == pytest.approx(338 * tick)  # cpu2 is not ours; "cpu " is the total
+    assert foreign(Usage(10.0, 4.0), Usage(11.0, 4.7)) == pytest.approx(0.3)
+    assert foreign(Usage(10.0, 4.0), Usage(10.5, 4.6)) == pytest.approx(-0.1)  # coarse ticks: either way
+    slack = TICK_SLACK * 2 * tick  # per round, for 2 CPUs
+    t = Tally()
+    t.add(Usage(10.0, 4.0), Usage(11.0, 4.2), wall=1.0, ncpus=2)  # 0.8 s of others in 2 CPU-seconds
+    t.add(Usage(20.0, 4.2), Usage(20.2, 4.4), wall=1.0, ncpus=2)  # nothing else
+    assert t.share == pytest.approx((0.8 - 2 * slack) / 4.0)
+    short = Tally()  # a round of 50 ms that read one tick more on each CPU than was ours
+    short.add(Usage(1.0, 0.0), Usage(1.0 + 2 * tick, 0.0), wall=0.05, ncpus=2)
+    assert short.share == 0.0
+    assert Tally().share == 0.0
+
+
 def test_a_config_faster_than_the_machine_can_compute_is_not_scored() -> None:
     from avo_target_attention_c.evaluate import MAX_ROOF, beyond_roof
 
