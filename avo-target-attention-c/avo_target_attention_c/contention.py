@@ -36,16 +36,22 @@ class Usage:
     ours: float
 
 
+def cpu_ticks(stat: str | None = None) -> dict[int, list[int]]:
+    """Each CPU's counters (user, nice, system, idle, iowait, irq, softirq, steal, ...) in ticks, from
+    ``/proc/stat`` (or ``stat``, its text); empty where it cannot be read."""
+    try:
+        text = stat if stat is not None else Path("/proc/stat").read_text()
+        return {int(p[0][3:]): [int(x) for x in p[1:]] for p in (line.split() for line in text.splitlines())
+                if p and p[0].startswith("cpu") and p[0][3:].isdigit()}
+    except (OSError, ValueError):
+        return {}
+
+
 def busy_seconds(cpus: Iterable[int], stat: str | None = None) -> float:
     """Seconds the ``cpus`` ran anything since boot, from ``/proc/stat`` (or ``stat``, its text)."""
-    wanted = {f"cpu{c}" for c in cpus}
-    text = stat if stat is not None else Path("/proc/stat").read_text()
-    ticks = 0
-    for line in text.splitlines():
-        parts = line.split()
-        if parts and parts[0] in wanted:
-            ticks += sum(int(parts[i]) for i in _BUSY_FIELDS if i < len(parts))
-    return ticks / os.sysconf("SC_CLK_TCK")
+    ticks = cpu_ticks(stat)
+    busy = sum(sum(row[i - 1] for i in _BUSY_FIELDS if i - 1 < len(row)) for c in cpus for row in [ticks.get(c, [])])
+    return busy / os.sysconf("SC_CLK_TCK")
 
 
 def usage(cpus: Sequence[int], worker_ns: Iterable[int]) -> Usage:

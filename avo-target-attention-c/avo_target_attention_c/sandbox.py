@@ -38,6 +38,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from avo_target_attention_c.contention import cpu_ticks
+
 START_TIMEOUT_S = 60.0
 NOOP_ROUNDS = 31
 GUARD = 64  # guard floats on either side of out
@@ -108,15 +110,7 @@ def choose_cpus(threads: int) -> list[int]:
         return allowed
 
     def idle() -> dict[int, int]:
-        out: dict[int, int] = {}
-        try:
-            for line in Path("/proc/stat").read_text().splitlines():
-                parts = line.split()
-                if parts and parts[0].startswith("cpu") and parts[0][3:].isdigit():
-                    out[int(parts[0][3:])] = int(parts[4]) + int(parts[5])  # idle + iowait
-        except (OSError, IndexError, ValueError):
-            pass
-        return out
+        return {c: row[3] + row[4] for c, row in cpu_ticks().items() if len(row) > 4}  # idle + iowait
 
     before = idle()
     time.sleep(0.1)
