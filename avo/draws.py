@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
@@ -32,6 +33,17 @@ class Draw(BaseModel):
     where: str | None = None
     cpu: str | None = None
     secret: str | None = None
+
+
+@dataclass
+class Medians:
+    """The per-config figures a confirmation decided on: the candidate's and the best's, each at
+    the median of its own draws (``at_median``), and how many draws each median is of."""
+
+    candidate: dict[str, float]
+    best: dict[str, float]
+    candidate_draws: int
+    best_draws: int
 
 
 def draw_record(ev: Evaluation) -> dict[str, Any]:

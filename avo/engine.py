@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from avo import __version__
 from avo.contract import failed, gain
+from avo.draws import Medians
 from avo.errors import AvoError, BlockedError, IntegrityError
 from avo.eval_inputs import strip_meta
 from avo.evaluation import MALFORMED_BASELINES, MALFORMED_PREFIX, Evaluation, ignored_settings, recorded_settings
@@ -117,6 +118,8 @@ class SubmitOutcome:
     #: the gain the decision stood on (the candidate against the best; their medians after a
     #: confirmation, so it matches ``reason``), None when nothing was decided on a score
     gain: float | None = None
+    #: after a confirmation, the per-config figures it decided on (each side at its median)
+    medians: Medians | None = None
 
 
 # -- helpers -------------------------------------------------------------------------------
@@ -767,7 +770,7 @@ def start_run(
     except OSError as exc:
         raise AvoError(f"cannot create the runs directory {runs_root}: {exc.strerror or exc}") from None
     from avo.partials import mark_creator, remove_stale
-    from avo.sandbox import resolve_level
+    from avo.sandbox import requested_level, resolve_level
 
     for stale in remove_stale(runs_root):
         say(f"removed the unfinished run folder {stale.path.name} of an earlier failed start")
@@ -778,7 +781,7 @@ def start_run(
         recorded = spec.settings or {}
         say("settings recorded for every evaluation of this run: " + ", ".join(
             f"{n}={recorded[n]}" if n in recorded else f"{n} unset" for n in spec.settings_env))
-    sandbox = sandbox or os.environ.get("AVO_SANDBOX", "").strip() or "auto"
+    sandbox = requested_level(sandbox)
     level, level_why = resolve_level(sandbox)
     if level == "none" and sandbox == "auto":
         say(f"warning: {level_why}. Candidates will run without isolation; the run records "
@@ -1074,6 +1077,7 @@ class _Judgement:
     decided: float | None = None
     confirm: dict[str, Any] | None = None
     recheck: dict[str, Any] | None = None
+    medians: Medians | None = None  # after a confirmation: both sides' per-config figures at their medians
 
 
 def _judge(run: Run, tree: str, step: int, say: Callable[[str], None], drawn: list[Evaluation]) -> _Judgement:
@@ -1150,6 +1154,7 @@ def _judge(run: Run, tree: str, step: int, say: Callable[[str], None], drawn: li
             j.accepted, j.new_best, j.decided = decision.accepted, decision.new_best, decision.gain
             j.scalar, j.reason = decision.scalar, decision.reason
             j.metrics, j.notes = at_median(cands)  # the figures of the median the scalar is
+            j.medians = Medians(j.metrics, at_median(bests)[0], len(cands), len(bests))
     j.outcome = "accepted" if j.accepted else "rejected"
     return j
 
@@ -1424,7 +1429,7 @@ def submit(
         if state.supervisor.due:
             append_trajectory(paths, {"kind": "supervisor_due", "step": step, "reason": state.supervisor.reason})
         return SubmitOutcome(step, outcome, evaluation, version, state.best_version, j.reason, diff_path,
-                             state.supervisor.due, state.supervisor.reason, notes, j.decided)
+                             state.supervisor.due, state.supervisor.reason, notes, j.decided, j.medians)
 
 
 def revert(run: Run, message: str | None = None) -> Path | None:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from avo.contract import check_configs, count_results, failed, last_json_object, parse_object, scalar_of
 from avo.errors import AvoError
+from avo.eval_env import CANDIDATE_PREFIX, EVAL_SECRET, LOG_DIR, QUICK, SANDBOX
 from avo.models import EvalResult, TargetSpec
 from avo.regular_files import open_own, own_folder
 from avo.runner import ChildOutcome, run_child
@@ -131,7 +132,7 @@ def _launch(
 
     template = spec.baselines_command if baselines else spec.evaluate_command
     timeout = spec.baseline_timeout if baselines else spec.eval_timeout
-    env = {"AVO_QUICK": "1" if quick else "0", "AVO_SANDBOX": rt.sandbox, "PYTHONUNBUFFERED": "1"}
+    env = {QUICK: "1" if quick else "0", SANDBOX: rt.sandbox, "PYTHONUNBUFFERED": "1"}
     rt.scratch.mkdir(parents=True, exist_ok=True)
     if template is not None and spec.isolate_candidate:
         return _launch_isolating(spec, rt, workdir, log_path, template, timeout, env, pid_file)
@@ -142,7 +143,7 @@ def _launch(
         cwd = workdir or rt.scratch
         box = Sandbox(writable=tuple(p for p in (workdir, rt.scratch) if p is not None),
                       readable=(rt.copy_root,), hide=tuple(installed_package_dirs()),
-                      env={**(spec.settings or {}), **env, "AVO_LOG_DIR": str(logs)}, cwd=cwd)
+                      env={**(spec.settings or {}), **env, LOG_DIR: str(logs)}, cwd=cwd)
         command, child_env = wrap(cmd, box, rt.sandbox)
         child_env = {**pinned_settings(child_env, spec), **env}  # avo's own variables are never a setting's
         outcome = run_child(command, cwd=cwd, timeout=timeout, limits=spec.limits, log_path=log_path,
@@ -163,9 +164,9 @@ def _launch(
         cmd.append("--baselines")
     if quick:
         cmd.append("--quick")
-    child_env = {**pinned_settings(inherited_env(), spec), **env, "AVO_LOG_DIR": str(log_path.parent)}
+    child_env = {**pinned_settings(inherited_env(), spec), **env, LOG_DIR: str(log_path.parent)}
     if rt.secret:
-        child_env["AVO_EVAL_SECRET"] = rt.secret
+        child_env[EVAL_SECRET] = rt.secret
     cwd = rt.scratch / "cwd"  # never the candidate's folder: nothing there can be imported
     cwd.mkdir(exist_ok=True)
     return run_child(cmd, cwd=cwd, timeout=timeout, limits=spec.limits, log_path=log_path, env=child_env,
@@ -182,7 +183,7 @@ def _launch_isolating(
     namespace of their own they cannot reach the evaluator's stdout (``/proc/<pid>/fd/1``), where
     its result goes. They may write the workdir alone.
     """
-    from avo.sandbox import CANDIDATE_PREFIX_ENV, Sandbox, candidate_prefix, installed_package_dirs
+    from avo.sandbox import Sandbox, candidate_prefix, installed_package_dirs
 
     box = Sandbox(writable=(workdir,) if workdir is not None else (), hide=tuple(installed_package_dirs()),
                   env={**(spec.settings or {}), **env}, cwd=workdir)
@@ -191,8 +192,8 @@ def _launch_isolating(
     cwd.mkdir(exist_ok=True)
     logs = rt.scratch / "logs"  # kept beside the run's log afterwards, as a sandboxed evaluator's
     logs.mkdir(exist_ok=True)
-    child_env = {**pinned_settings(inherited_env(), spec), **env, "AVO_LOG_DIR": str(logs),
-                 CANDIDATE_PREFIX_ENV: json.dumps(prefix)}
+    child_env = {**pinned_settings(inherited_env(), spec), **env, LOG_DIR: str(logs),
+                 CANDIDATE_PREFIX: json.dumps(prefix)}
     outcome = run_child(_fill(template, rt.copy_root, workdir), cwd=cwd, timeout=timeout, limits=spec.limits,
                         log_path=log_path, env=child_env, pid_file=pid_file)
     _keep_logs(logs, log_path)

@@ -19,6 +19,7 @@ import traceback
 from pathlib import Path
 
 from avo.errors import AvoError
+from avo.eval_env import EVAL_SECRET, LOG_DIR
 from avo.models import EvalOptions, TargetSpec
 
 
@@ -34,9 +35,9 @@ def _evaluate(args: argparse.Namespace) -> str:
     spec = TargetSpec.model_validate_json(Path(args.spec).read_text())
     module = importlib.import_module(args.module)
     where = {"plugin": args.plugin, "distribution": args.distribution}
-    log_dir = os.environ.get("AVO_LOG_DIR")
+    log_dir = os.environ.get(LOG_DIR)
     options = EvalOptions(quick=args.quick, log_dir=Path(log_dir) if log_dir else None,
-                          secret=os.environ.pop("AVO_EVAL_SECRET", None) or None)
+                          secret=os.environ.pop(EVAL_SECRET, None) or None)
     if args.baselines:
         from avo.evaluation import baselines_payload
 

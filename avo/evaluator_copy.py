@@ -240,7 +240,7 @@ def fresh_runtime(spec: TargetSpec, private: Path, label: str, *, sandbox: str |
     """A runtime for evaluating outside a run (verify, the conformance suites): a new copy
     of the evaluator as installed now, in ``private``."""
     from avo.evaluation import Runtime
-    from avo.sandbox import resolve_level
+    from avo.sandbox import requested_level, resolve_level
 
     root, exclude, module = evaluator_source(spec)
     package = copy_folder(root, module)
@@ -248,7 +248,7 @@ def fresh_runtime(spec: TargetSpec, private: Path, label: str, *, sandbox: str |
     copy = prepare(private, root, hashes, module=package)
     runtime = runtime_hashes(module is not None)
     check(copy, package, hashes, runtime)
-    level, _ = resolve_level(sandbox or os.environ.get("AVO_SANDBOX", "").strip() or "auto")
+    level, _ = resolve_level(requested_level(sandbox))
     from avo.plugins import plugin_distribution
 
     return Runtime(copy, package, module, spec.provider if module else None, level, private / "eval" / label,

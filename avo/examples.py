@@ -230,14 +230,14 @@ def _measure(folder: Path, state: RunState, wanted: Version, spec: TargetSpec, e
     from avo.engine import _finish, evaluator_hashes
     from avo.evaluator_copy import evaluator_source, runtime_hashes
     from avo.host_cpu import cpu_class
-    from avo.sandbox import resolve_level
+    from avo.sandbox import requested_level, resolve_level
 
     with tempfile.TemporaryDirectory(prefix="avo-verify-") as tmp:
         snap = Path(tmp) / "candidate"
         export_example_version(folder, wanted, snap)
         _, recorded, current = evaluator_hashes(spec, state.hashes.get("evaluator", {}))
         name = executor or os.environ.get(executors.ENV, "").strip() or executors.DEFAULT
-        level, _ = resolve_level(state.options.sandbox or os.environ.get("AVO_SANDBOX", "").strip() or "auto")
+        level, _ = resolve_level(requested_level(state.options.sandbox))
         job = executors.make_job(
             spec, "verify", snapshot=snap, quick=state.options.quick, configs=sorted(state.configs) or None,
             evaluator_hashes=current, runtime_hashes=runtime_hashes(evaluator_source(spec)[2] is not None),

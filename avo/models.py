@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from avo.eval_env import SET_BY_AVO
+
 Direction = Literal["maximize", "minimize"]
 
 # Config and metric names reach commit trailers, prompts and file names: one line, no
@@ -103,7 +105,6 @@ class TargetResources(BaseModel):
 
 _CODE_LOADING = ("LD_", "PYTHON")
 # What avo sets per evaluation.
-_AVO_OWN = frozenset({"AVO_QUICK", "AVO_SANDBOX", "AVO_LOG_DIR", "AVO_EVAL_SECRET", "AVO_CANDIDATE_PREFIX"})
 
 
 class TargetSpec(BaseModel):
@@ -163,7 +164,7 @@ class TargetSpec(BaseModel):
             if name.upper().startswith(_CODE_LOADING):
                 raise ValueError(f"settings_env names {name}, which loads code into the evaluator: it is never "
                                  "a setting")
-            if name.upper() in _AVO_OWN:
+            if name.upper() in SET_BY_AVO:
                 raise ValueError(f"settings_env names {name}, which avo sets for every evaluation itself")
         stray = sorted(set(self.settings or {}) - set(self.settings_env))
         if stray:

@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from avo.errors import AvoError
+from avo.eval_env import SANDBOX
 
 Level = Literal["bwrap", "none"]
 LEVELS: tuple[str, ...] = ("auto", "bwrap", "none")
-ENV = "AVO_SANDBOX"
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # Only what programs need to start: the dynamic loader's cache, name service basics,
 # compiler alternatives (cc, c++ are /etc/alternatives links on Debian), time zone.
@@ -110,8 +110,12 @@ def resolve_level(requested: str = "auto") -> tuple[Level, str]:
 
 def current_level() -> Level:
     """The level for this evaluation: ``$AVO_SANDBOX`` when set, else the best available."""
-    requested = os.environ.get(ENV, "").strip() or "auto"
-    return resolve_level(requested)[0]
+    return resolve_level(requested_level())[0]
+
+
+def requested_level(explicit: str | None = None) -> str:
+    """The level asked for: ``explicit`` (a ``--sandbox`` option), else ``$AVO_SANDBOX``, else auto."""
+    return explicit or os.environ.get(SANDBOX, "").strip() or "auto"
 
 
 def _real(path: Path | str) -> Path:
@@ -207,9 +211,6 @@ def wrap(argv: Sequence[str], box: Sandbox, level: Level | None = None) -> tuple
     if level == "none":
         return list(argv), {**os.environ, **box.env}
     return [*candidate_prefix(box, level), *argv], {**_BASE_ENV, **box.env}
-
-
-CANDIDATE_PREFIX_ENV = "AVO_CANDIDATE_PREFIX"
 
 
 def candidate_prefix(box: Sandbox, level: Level) -> list[str]:

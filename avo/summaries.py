@@ -105,11 +105,16 @@ def submit_lines(res: SubmitOutcome, run: Run, via: Via = "cli") -> list[str]:
                      f"v{res.best.n}. Diff archived: {diff}")
     if res.evaluation.result.metrics:
         ref = res.best if res.outcome != "accepted" else state.versions[max(0, res.best.n - 1)]
-        prev = ref.metrics
-        # Say what the percentages compare: after a noise-band re-measurement the decision above
-        # used the interleaved medians, while these lines are the first evaluation vs the record.
-        lines.append(f"per config, this evaluation vs v{ref.n} as recorded:")
-        lines.extend(metric_lines(res.evaluation.result.metrics, prev, state.target.direction, d))
+        m = res.medians
+        if m is not None and m.candidate and m.best:
+            # The figures the decision above stood on: both sides at the medians of their
+            # interleaved draws (the first draw alone can sit on either side of the band).
+            lines.append(f"per config, the median of {m.candidate_draws} draws of this candidate vs the median "
+                         f"of {m.best_draws} draws of v{ref.n}, interleaved:")
+            lines.extend(metric_lines(m.candidate, m.best, state.target.direction, d))
+        else:
+            lines.append(f"per config, this evaluation vs v{ref.n} as recorded:")
+            lines.extend(metric_lines(res.evaluation.result.metrics, ref.metrics, state.target.direction, d))
     if res.evaluation.result.notes:
         lines.append(f"notes: {res.evaluation.result.notes.strip()}")
     if res.outcome != "accepted":  # where to look before trying again

@@ -299,6 +299,27 @@ def test_a_confirmed_version_records_the_metrics_of_its_median(
     # The commit, the score file and every view carry the same figures (the record check agrees).
     state = open_run(run.paths.root, runs_root).state
     assert state.versions[1].metrics == v1.metrics
+    # The submit's summary compares per config what the decision compared: both sides' medians,
+    # not the first draw against the best's record.
+    from avo.contract import gain
+    from avo.prompts import fmt_pct
+    from avo.summaries import submit_lines
+
+    lines = submit_lines(out, run)
+    header = (f"per config, the median of {confirm_runs + 1} draws of this candidate vs the median of "
+              f"{confirm_runs} draws of v0, interleaved:")
+    assert header in lines and not any("this evaluation vs" in line for line in lines)
+    assert out.medians is not None and out.medians.candidate == v1.metrics
+    best_draws = record["confirm"]["best_draws"]
+    assert out.medians.best != state.versions[0].metrics  # the best's median here, not its recorded first draw
+    shown = lines[lines.index(header) + 1:lines.index(header) + 1 + len(v1.metrics)]
+    for line, (bank, value) in zip(shown, v1.metrics.items(), strict=True):
+        assert line.split()[0] == bank
+        assert line.endswith(f"({fmt_pct(gain(value, out.medians.best[bank], 'maximize'))})")
+    for bank, value in out.medians.best.items():  # between the best's middle draws (an even or odd count)
+        ranked = sorted(best_draws, key=lambda d: d["scalar"])
+        middle = ranked[(len(ranked) - 1) // 2:len(ranked) // 2 + 1]
+        assert min(d["metrics"][bank] for d in middle) <= value <= max(d["metrics"][bank] for d in middle)
 
 
 def test_a_submit_aborted_by_a_changed_evaluator_is_recorded_with_its_draws(

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
+from avo.eval_env import SANDBOX
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -48,7 +50,7 @@ RunRef = Annotated[
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 SandboxOpt = Annotated[str | None, typer.Option(
-    "--sandbox", envvar="AVO_SANDBOX", show_default=False,
+    "--sandbox", envvar=SANDBOX, show_default=False,
     help="Isolation of candidate code: auto (bubblewrap where it works, default), bwrap (required) or none.")]
 ExecutorOpt = Annotated[str | None, typer.Option(
     "--executor", envvar="AVO_EXECUTOR", show_default=False,
