@@ -25,21 +25,27 @@ def install_all(session: nox.Session) -> None:
     session.install("-r", "requirements.txt")
 
 
-@nox.session
-def tests(session: nox.Session) -> None:
-    """Core tests with every plugin installed, then each distribution's own tests."""
-    install_all(session)
-    # The agent_sdk backend's tests exercise the real SDK's option and message types; users
-    # get it with `pip install ./plugins/avo-backend-agent-sdk[sdk]` (it bundles a CLI).
-    session.install("pytest", "claude-agent-sdk")
-    # attention_triton's torch and Triton (~2 GB) are opt-in for users; its tests need them
-    # (without a GPU they run the kernels under Triton's interpreter, on torch's CPU wheel).
+def install_opt_ins(session: nox.Session) -> None:
+    """What users opt into and the tests and benchmarks measure: every distribution's extras."""
+    # attention_triton's torch and Triton (~2 GB) are opt-in for users; its tests and bench need
+    # them (without a GPU the kernels run under Triton's interpreter, on torch's CPU wheel).
     session.install("-e", "./avo-target-attention-triton[gpu]")
     # attention_c's torch SDPA baseline runs whenever torch is importable (a CPU wheel); after
     # the line above, so the torch pinned there (2.13.0, a CPU wheel) satisfies it.
     session.install("-e", "./avo-target-attention-c[torch]")
-    # The Ray executor is opt-in for users (it pulls Ray); its tests start a real Ray cluster.
+    # The Ray executor is opt-in for users (it pulls Ray); its tests start a real Ray cluster
+    # and its bench.py measures Ray dispatch.
     session.install("-e", "./plugins/avo-executor-ray")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Core tests with every plugin installed, then each distribution's own tests."""
+    install_all(session)
+    install_opt_ins(session)
+    # The agent_sdk backend's tests exercise the real SDK's option and message types; users
+    # get it with `pip install ./plugins/avo-backend-agent-sdk[sdk]` (it bundles a CLI).
+    session.install("pytest", "claude-agent-sdk")
     session.run("pytest", "tests", "-q", *session.posargs)
     for dist in distributions():
         if (dist / "tests").is_dir():
@@ -61,7 +67,7 @@ def lint(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Benchmarks of the core and of each distribution, written to bench-report.md."""
     install_all(session)
-    session.install("-e", "./plugins/avo-executor-ray")  # its bench.py measures Ray dispatch
+    install_opt_ins(session)
     report = ROOT / "bench-report.md"
     report.write_text("# avo benchmark report\n\n")
     session.run("python", "bench/core_bench.py", str(report))
