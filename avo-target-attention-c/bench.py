@@ -12,7 +12,8 @@ target's limits and timeout), full mode, and writes a markdown section with:
 - with ``--against REV``: this evaluator against the one at git revision REV, side by side
   (evaluations alternating, the same kernel, the same way: ``evaluate()`` in a fresh
   process each), as ratios of wall time and of score;
-- with ``--load N``: all of the above while N more busy processes compete.
+- with ``--load N``: all of the above while N more busy processes compete;
+- how late a sleeping helper thread joins a call here (``wake_bench.py``): what bounds two threads.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from wake_bench import wake_lines
 
 RUNS = 5
 BUSY = 2
@@ -182,6 +185,8 @@ def _bench(args: argparse.Namespace) -> int:
             lines += _spread_lines(kernel.name, seed, columns, args.example)
         if args.against:
             lines += compare_evaluators(args.against, kernel, args.runs, Path(tmp))
+        if not args.only_against:
+            lines += wake_lines(Path(tmp))
     load_after = os.getloadavg()
     lines[2:2] = [f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average {load_before[0]:.1f} "
                   f"before, {load_after[0]:.1f} after, on {os.cpu_count()} shared cores"
