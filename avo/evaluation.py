@@ -27,6 +27,7 @@ from avo.contract import check_configs, count_results, failed, last_json_object,
 from avo.errors import AvoError
 from avo.eval_env import CANDIDATE_PREFIX, EVAL_SECRET, LOG_DIR, QUICK, SANDBOX
 from avo.models import EvalResult, TargetSpec
+from avo.programs import search_path
 from avo.regular_files import open_own, own_folder
 from avo.runner import ChildOutcome, run_child
 from avo.sandbox import Level
@@ -89,7 +90,9 @@ def inherited_env() -> dict[str, str]:
     """The environment a plugin target's evaluator inherits: this process's, less what
     :data:`SCRUBBED_PREFIXES` names (the target's own ``AVO_*`` variables pass, except its
     declared settings: see :func:`pinned_settings`)."""
-    return {k: v for k, v in os.environ.items() if not k.upper().startswith(SCRUBBED_PREFIXES)}
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith(SCRUBBED_PREFIXES)}
+    env["PATH"] = search_path()  # the system's programs first, never an agent's of the same name
+    return env
 
 
 def recorded_settings(spec: TargetSpec) -> TargetSpec:

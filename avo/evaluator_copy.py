@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from avo.errors import AvoError, IntegrityError
-from avo.integrity import compare, hash_tree
+from avo.integrity import Identity, compare, hash_tree, identity
 from avo.models import TargetSpec
 
 if TYPE_CHECKING:
@@ -34,13 +34,16 @@ def _site_dirs() -> list[str]:
     return sorted({p for p in site.getsitepackages() if os.path.isdir(p)})
 
 
-def _sha256_of(path: str) -> str:
+def _sha256_of(path: str, seen: dict[str, Identity] | None = None, key: str = "") -> str:
+    if seen is not None:
+        seen[key] = identity(path)
     with open(path, "rb") as fh:
         return hashlib.sha256(fh.read()).hexdigest()
 
 
-def startup_files() -> dict[str, str]:
-    """``{name: sha256}`` of what every interpreter start runs: ``.pth`` files, ``sitecustomize``.
+def startup_files(seen: dict[str, Identity] | None = None) -> dict[str, str]:
+    """``{name: sha256}`` of what every interpreter start runs: ``.pth`` files, ``sitecustomize``
+    (``seen``: each one's identity, as :func:`avo.integrity.hash_tree` takes them).
 
     Taken twice per evaluation, so on strings and one listing per folder, not a ``Path`` per
     entry (a site-packages folder holds hundreds)."""
@@ -50,14 +53,14 @@ def startup_files() -> dict[str, str]:
                        if n.endswith(".pth") or n in ("sitecustomize.py", "usercustomize.py"))
         for name in names:
             try:
-                out[f"site:{name}"] = _sha256_of(os.path.join(folder, name))
+                out[f"site:{name}"] = _sha256_of(os.path.join(folder, name), seen, f"site:{name}")
             except OSError:
                 continue
     for folder in sys.path:
         for name in ("sitecustomize.py", "usercustomize.py"):
             path = os.path.join(folder, name)
             if os.path.isfile(path):
-                out[f"path:{Path(folder) / name}"] = _sha256_of(path)
+                out[f"path:{Path(folder) / name}"] = _sha256_of(path, seen, f"path:{Path(folder) / name}")
     return out
 
 
@@ -115,26 +118,45 @@ def prepare(private: Path, source: Path, evaluator: dict[str, str], *, module: s
     return root
 
 
-def copy_hashes(root: Path, module: str | None) -> tuple[dict[str, str], dict[str, str]]:
-    """``(target files, avo files)`` of a copy, keyed as :func:`prepare` was given them."""
+def copy_hashes(root: Path, module: str | None,
+                seen: dict[str, Identity] | None = None) -> tuple[dict[str, str], dict[str, str]]:
+    """``(target files, avo files)`` of a copy, keyed as :func:`prepare` was given them
+    (``seen``: every file's identity, the avo files' keys under ``avo/``)."""
     if module is None:
-        return hash_tree(root), {}
-    target = hash_tree(root / module, {root / "avo"} if not module else None)
-    return target, hash_tree(root / "avo")
+        return hash_tree(root, seen=seen), {}
+    core_seen: dict[str, Identity] = {}
+    target = hash_tree(root / module, {root / "avo"} if not module else None, seen)
+    core = hash_tree(root / "avo", seen=core_seen)
+    if seen is not None:
+        seen.update({f"avo/{k}": v for k, v in core_seen.items()})
+    return target, core
 
 
-def check(root: Path, module: str | None, evaluator: dict[str, str], runtime: dict[str, str]) -> None:
-    """Raise :class:`IntegrityError` if the copy or the start-up files differ from the record."""
+def check(root: Path, module: str | None, evaluator: dict[str, str],
+          runtime: dict[str, str]) -> dict[str, Identity]:
+    """Raise :class:`IntegrityError` if the copy or the start-up files differ from the record.
+
+    Returns the identity of every file it read (:func:`avo.integrity.identity`): the same
+    content is not enough after an evaluation. Round seven of the red team swapped the copy's
+    eval.py between this check and the evaluator's start for one that put the original bytes
+    back before it printed a forged result (1e9 accepted; the hashes after it matched)."""
     if not root.is_dir():
         raise IntegrityError(f"the private evaluator copy {root} is gone")
-    target_now, core_now = copy_hashes(root, module)
+    seen: dict[str, Identity] = {}
+    target_now, core_now = copy_hashes(root, module, seen)
     compare("evaluator copy", evaluator, target_now, root)
     if module is not None:
         recorded_core = {k[4:]: v for k, v in runtime.items() if k.startswith("avo/")}
         compare("avo package the evaluator runs", recorded_core, core_now, root / "avo")
     recorded_start = {k: v for k, v in runtime.items() if not k.startswith("avo/")}
-    compare("interpreter start-up files (.pth, sitecustomize)", recorded_start, startup_files(),
+    compare("interpreter start-up files (.pth, sitecustomize)", recorded_start, startup_files(seen),
             Path(sys.prefix))
+    return seen
+
+
+def rewritten(before: dict[str, Identity], after: dict[str, Identity]) -> list[str]:
+    """The files :func:`check` read both times that are not the same files any more."""
+    return sorted(k for k in before.keys() & after.keys() if before[k] != after[k])
 
 
 def pycache_dir() -> Path:

@@ -24,6 +24,7 @@ from typing import Any, cast
 
 from avo.contract import failed
 from avo.errors import AvoError
+from avo.integrity import Identity
 from avo.models import EvalJob, ExecutorCheck, ExecutorInfo, JobResult, TargetSpec
 
 DEFAULT = "local"
@@ -70,8 +71,9 @@ def unpack(data: bytes, sha256: str | None, dest: Path) -> None:
 # -- running a job (here, or inside a worker) ------------------------------------------------
 
 
-def _prepare_runtime(job: EvalJob, private: Path, label: str) -> Any:
-    """The evaluator copy for ``job`` from the target installed HERE, checked against the run.
+def _prepare_runtime(job: EvalJob, private: Path, label: str) -> tuple[Any, dict[str, Identity]]:
+    """The evaluator copy for ``job`` from the target installed HERE, checked against the run,
+    and the identity of each file the check read (compared again after the evaluation).
 
     Only the recorded files are copied (a file added since does not run); a recorded file
     that is modified or missing here refuses the job, naming it.
@@ -87,13 +89,13 @@ def _prepare_runtime(job: EvalJob, private: Path, label: str) -> Any:
     compare("evaluator", job.evaluator_hashes, installed, root)
     package = evaluator_copy.copy_folder(root, module)
     copy = evaluator_copy.prepare(private, root, job.evaluator_hashes, module=package)
-    evaluator_copy.check(copy, package, job.evaluator_hashes, job.runtime_hashes)
+    seen = evaluator_copy.check(copy, package, job.evaluator_hashes, job.runtime_hashes)
     from avo.plugins import plugin_distribution
 
     return Runtime(copy, package, module, spec.provider if module else None, job.sandbox,
                    private / "eval" / f"{label}-scratch", job.secret,
                    plugin_distribution(spec.provider or "") if module else None,
-                   evaluator_copy.manifest(package, job.evaluator_hashes, job.runtime_hashes))
+                   evaluator_copy.manifest(package, job.evaluator_hashes, job.runtime_hashes)), seen
 
 
 def run_job(job: EvalJob, private: Path, log_path: Path, *, pid_file: Path | None = None,
@@ -120,7 +122,7 @@ def run_job(job: EvalJob, private: Path, log_path: Path, *, pid_file: Path | Non
         return JobResult(refused=f"the evaluation could not run on {where['node']}: this run evaluates in a "
                          f"bubblewrap sandbox but {why_not}; nothing was measured or counted", **where)
     try:
-        rt = _prepare_runtime(job, private, label)
+        rt, seen = _prepare_runtime(job, private, label)
     except (AvoError, OSError) as exc:
         write_json_atomic(log_path, f"[avo] the job was refused on {where['node']}: {exc}\n", sync="none", own=1)
         return JobResult(refused=f"refused on {where['node']}: {exc}", **where)
@@ -143,10 +145,16 @@ def run_job(job: EvalJob, private: Path, log_path: Path, *, pid_file: Path | Non
         shutil.rmtree(snap, ignore_errors=True)
         shutil.rmtree(rt.scratch, ignore_errors=True)
     try:
-        evaluator_copy.check(rt.copy_root, rt.package, job.evaluator_hashes, job.runtime_hashes)
+        swapped = evaluator_copy.rewritten(
+            seen, evaluator_copy.check(rt.copy_root, rt.package, job.evaluator_hashes, job.runtime_hashes))
     except AvoError as exc:
         return res.model_copy(update={"result": failed(f"the evaluator changed while it ran, so its result "
                                                        f"is void: {exc}"), "baselines": None})
+    if swapped:
+        return res.model_copy(update={"result": failed(
+            f"the evaluator changed while it ran, so its result is void: {', '.join(swapped[:5])} under "
+            f"{rt.copy_root} (or the interpreter's start-up files) were rewritten or replaced after they were "
+            "checked; their content is the recorded one again, but what ran is unknown"), "baselines": None})
     return res
 
 

@@ -40,6 +40,7 @@ from typing import IO
 
 from avo.errors import AvoError
 from avo.git_packs import MAX_OBJECT, Damaged, TooHard, object_id, packed_ids, read_packed
+from avo.programs import program
 from avo.regular_files import NotRegularFile, linked_on_the_way, open_regular, own_folder, own_subfolders, set_aside
 
 BRANCH = "main"
@@ -90,22 +91,32 @@ class CommitInfo:
     message: str
 
 
+def git_env() -> dict[str, str]:
+    """The environment of every git avo runs: no ``GIT_*`` variable of the caller's, and no
+    configuration but avo's own (``_CONFIG``) and the repository's (which avo rewrites): the
+    user's ``~/.gitconfig`` and the system's can name filters and hooks, which would run as avo
+    (round seven of the red team: a clean filter named by work/.gitattributes and defined in
+    the global configuration ran three times during a submit)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_TERMINAL_PROMPT="0")
+    return env
+
+
 def _git(git_dir: Path, args: Sequence[str], *, work: Path | None = None, index: Path | None = None,
          stdin: bytes | None = None, check: bool = True, readonly: bool = False) -> bytes:
     """Run git on exactly ``git_dir`` (never a repository found by searching upwards)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env = git_env()
     env["GIT_DIR"] = str(git_dir)
     if work is not None:
         env["GIT_WORK_TREE"] = str(work)
     if index is not None:
         env["GIT_INDEX_FILE"] = str(index)
-    env["GIT_TERMINAL_PROMPT"] = "0"
     # The agent may write refs/replace/: a replacement would make git read its commit (its
     # tree) wherever avo names a version, as the in-process reader never does.
     env["GIT_NO_REPLACE_OBJECTS"] = "1"
     if readonly:
         env["GIT_OPTIONAL_LOCKS"] = "0"  # no opportunistic index refresh written back
-    proc = subprocess.run(["git", *_CONFIG, *args], cwd=work or git_dir, env=env, input=stdin,
+    proc = subprocess.run([program("git"), *_CONFIG, *args], cwd=work or git_dir, env=env, input=stdin,
                           capture_output=True)
     if check and proc.returncode != 0:
         raise AvoError(
@@ -249,16 +260,20 @@ class _Objects:
     leaves to git, writes in-process into its loose objects."""
 
     def __init__(self, git_dir: Path):
+        # GitPython runs `git version` when it is imported, with $GIT_PYTHON_GIT_EXECUTABLE or the
+        # first git on the caller's PATH: name the system's (programs.py).
+        os.environ["GIT_PYTHON_GIT_EXECUTABLE"] = program("git")
         from git.cmd import Git  # GitPython costs ~120 ms to import: only where the lineage is read
         from git.db import GitCmdObjectDB
 
         self.git_dir = git_dir
+        Git.GIT_PYTHON_GIT_EXECUTABLE = program("git")  # also where git was imported before
         self.cmd = Git(str(git_dir))
         # Exactly this repository, no replacement objects, no borrowed stores, no locks taken.
         self.cmd.update_environment(
             GIT_DIR=str(git_dir), GIT_OBJECT_DIRECTORY=str(git_dir / "objects"), GIT_ALTERNATE_OBJECT_DIRECTORIES="",
             GIT_NO_REPLACE_OBJECTS="1", GIT_OPTIONAL_LOCKS="0", GIT_CONFIG_COUNT="0", GIT_CONFIG_PARAMETERS="",
-            GIT_NAMESPACE="", GIT_TERMINAL_PROMPT="0")
+            GIT_NAMESPACE="", GIT_TERMINAL_PROMPT="0", GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull)
         self.db = GitCmdObjectDB(str(git_dir / "objects"), self.cmd)
         self.lock = threading.Lock()  # one request at a time on the reader's pipe (the MCP server's threads)
 
@@ -1425,8 +1440,7 @@ class Lineage:
         if linked:  # git init and the copy would write wherever it leads
             raise AvoError(f"{linked}: avo keeps its private backup only in its own folder, never through a link")
         if not (mirror / "HEAD").exists():
-            env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-            subprocess.run(["git", "init", "-q", "--bare", "--template=", str(mirror)], env=env,
+            subprocess.run([program("git"), "init", "-q", "--bare", "--template=", str(mirror)], env=git_env(),
                            capture_output=True)
         try:
             self._copy_into(mirror, sha)

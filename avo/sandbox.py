@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from avo.errors import AvoError
 from avo.eval_env import SANDBOX
+from avo.programs import program, search_path
 
 Level = Literal["bwrap", "none"]
 LEVELS: tuple[str, ...] = ("auto", "bwrap", "none")
@@ -72,7 +73,7 @@ def probe() -> tuple[bool, str]:
     if not sys.platform.startswith("linux"):
         return False, (f"no sandbox is implemented for {sys.platform}: candidates run in their own "
                        "process group only (no file-system, network or PID isolation)")
-    exe = shutil.which("bwrap")
+    exe = shutil.which("bwrap", path=search_path())  # never an agent's bwrap first on its PATH
     if exe is None:
         return False, ("bubblewrap is not installed (`apt-get install bubblewrap` on Debian/Ubuntu, "
                        "`dnf install bubblewrap` on Fedora)")
@@ -146,7 +147,7 @@ def _covered(path: Path, roots: Iterable[Path]) -> bool:
 
 def bwrap_args(box: Sandbox) -> list[str]:
     """The bubblewrap command line (without the program) for ``box``."""
-    args = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+    args = [program("bwrap"), "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             "--clearenv"]
     if box.network:
         args.append("--share-net")

@@ -4,7 +4,8 @@
 is a ratio to something measured in the same run, interleaved (medians), never a constant: the
 machine is shared and noisy. The floor for a submit's bookkeeping is a bare
 ``git add -A && git commit && git tag`` in a temporary repository; git processes per submit
-are counted with a ``git`` wrapper first on ``PATH`` that logs each call.
+are counted with a ``git`` wrapper put first where avo looks for programs (``avo.programs``)
+that logs each call.
 
 Cost as the run grows: runs of ``AVO_BENCH_SIZES`` versions (default ``10,1000,10000``) are
 grown from a real start by :mod:`synthetic_run` (what accepted submits write, through one
@@ -60,7 +61,8 @@ def interleave(cmds: dict[str, list[str]], env: dict[str, str], rounds: int) -> 
 
 
 def git_shim(folder: Path) -> tuple[Path, Path]:
-    """A ``git`` first on PATH that logs each call's arguments, then runs the real git."""
+    """A ``git`` that logs each call's arguments, then runs the real git (put first in
+    ``avo.programs.SYSTEM_DIRS``: avo never takes a program from the caller's PATH first)."""
     real = shutil.which("git")
     assert real, "git is not installed"
     folder.mkdir(parents=True, exist_ok=True)
@@ -315,15 +317,17 @@ def main(report: Path) -> None:
         os.environ.update({"AVO_DISABLE_PLUGIN_AUTOLOAD": "1", "AVO_RUNS_DIR": str(runs_root)})
         compiled = byte_compiled(os.environ)
         env = dict(os.environ)
-        from avo.engine import start_run
-
         # 1. Git calls per submit, counted by the shim; then in-process submits beside the bare
         # git floor, both without it (the shim is a shell process per git call: timed through
         # it, avo's submits paid it and the floor did not).
-        os.environ["PATH"] = f"{shim_dir}{os.pathsep}{os.environ['PATH']}"
+        import avo.programs
+        from avo.engine import start_run
+
+        system = avo.programs.SYSTEM_DIRS
+        avo.programs.SYSTEM_DIRS = (str(shim_dir), *system)
         small = start_run(str(TOY), runs_root, stall_limit=10**6)
         counted = submits(small.paths.root, runs_root, 10, None, log)
-        os.environ["PATH"] = env["PATH"]
+        avo.programs.SYSTEM_DIRS = system
         steps = submits(small.paths.root, runs_root, 40, Floor(tmp / "floor", env), None, first=10)
         overhead, floor = statistics.median(steps["overhead"]), statistics.median(steps["floor"])
         # 2. Start-up: CPU of `avo --help` against importing typer alone.

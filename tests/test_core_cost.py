@@ -19,6 +19,8 @@ SUBMITS = """
 import json, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[3])
+import avo.programs
+avo.programs.SYSTEM_DIRS = (sys.argv[4], *avo.programs.SYSTEM_DIRS)  # the logging git first
 from avo.engine import open_run, submit
 from tests.conftest import set_constants
 run_dir, log = Path(sys.argv[1]), Path(sys.argv[2])
@@ -34,7 +36,8 @@ print(json.dumps(counts))
 
 
 def _shim(folder: Path) -> Path:
-    """A `git` first on PATH that logs its arguments, then runs the real git."""
+    """A `git` that logs its arguments, then runs the real git (put first where avo looks for
+    programs, ``avo.programs.SYSTEM_DIRS``: a git first on the caller's PATH never runs)."""
     real = shutil.which("git")
     assert real
     folder.mkdir()
@@ -49,9 +52,9 @@ def test_git_processes_per_submit(toy: Path, runs_root: Path, core_plugins: None
 
     run = start_run(str(toy), runs_root)
     log = _shim(tmp_path / "shim")
-    env = {**os.environ, "PATH": f"{log.parent}{os.pathsep}{os.environ['PATH']}", "AVO_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    proc = subprocess.run([sys.executable, "-c", SUBMITS, str(run.paths.root), str(log), str(Path(__file__).parents[1])],
-                          capture_output=True, text=True, env=env, check=False)
+    env = {**os.environ, "AVO_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    proc = subprocess.run([sys.executable, "-c", SUBMITS, str(run.paths.root), str(log), str(Path(__file__).parents[1]),
+                           str(log.parent)], capture_output=True, text=True, env=env, check=False)
     assert proc.returncode == 0, proc.stderr
     (first, calls1), (second, calls2), (third, calls3) = json.loads(proc.stdout)
     assert (first, second, third) == ("accepted", "rejected", "accepted")
@@ -208,12 +211,12 @@ def test_status_reads_the_lineage_only_through_its_readers(toy: Path, runs_root:
     assert submit(run, "X=5").outcome == "accepted"
     set_constants(run.paths.work, x=6)
     log = _shim(tmp_path / "shim")
-    env = {**os.environ, "PATH": f"{log.parent}{os.pathsep}{os.environ['PATH']}", "AVO_DISABLE_PLUGIN_AUTOLOAD": "1",
-           "AVO_RUNS_DIR": str(runs_root)}
-    code = ("import sys\nfrom avo.cli import main\nsys.argv = ['avo', 'status', '--run', sys.argv[1]]\n"
+    env = {**os.environ, "AVO_DISABLE_PLUGIN_AUTOLOAD": "1", "AVO_RUNS_DIR": str(runs_root)}
+    code = ("import sys\nimport avo.programs\navo.programs.SYSTEM_DIRS = (sys.argv[2], *avo.programs.SYSTEM_DIRS)\n"
+            "from avo.cli import main\nsys.argv = ['avo', 'status', '--run', sys.argv[1]]\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n"
             "print('GIT', sorted({m.split('.')[0] for m in sys.modules} & {'git', 'gitdb'}))\n")
-    proc = subprocess.run([sys.executable, "-c", code, str(run.paths.root)],
+    proc = subprocess.run([sys.executable, "-c", code, str(run.paths.root), str(log.parent)],
                           capture_output=True, text=True, env=env, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "work/ has uncommitted changes" in proc.stdout, proc.stdout

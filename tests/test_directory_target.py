@@ -162,7 +162,9 @@ def test_isolation_candidate_sandboxes_the_candidate_alone(
     if level == "none":  # nothing to put before it: the run records that it had no sandbox
         assert seen["prefix"] == [] and seen["reads_evaluator"]
     else:
-        assert seen["prefix"][0] == "bwrap" and seen["prefix"][-1] == "--"
+        # bubblewrap by its absolute path, from the system's folders (never a bwrap on the agent's PATH)
+        assert seen["prefix"][0].startswith("/") and seen["prefix"][0].endswith("/bwrap")
+        assert seen["prefix"][-1] == "--"
         assert seen["candidate"] <= 3 < seen["evaluator"]  # a PID namespace of its own
         assert not seen["reads_evaluator"]
 

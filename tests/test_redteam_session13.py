@@ -143,7 +143,11 @@ def test_a_sandbox_that_cannot_start_refuses_the_submit_instead_of_failing_the_c
     assert git is not None
     (bin_dir / "git").symlink_to(git)
     env = {**os.environ, "AVO_DISABLE_PLUGIN_AUTOLOAD": "1", "PATH": str(bin_dir)}
-    proc = subprocess.run([sys.executable, "-m", "avo", "submit", "-m", "X=5", "--run", str(run.paths.root)],
+    # avo looks in the system's folders before PATH (avo/programs.py): this machine's are taken
+    # away here, so only PATH, without bwrap, is left.
+    code = ("import sys\nimport avo.programs\navo.programs.SYSTEM_DIRS = ()\nfrom avo.cli import main\n"
+            "sys.argv = ['avo', *sys.argv[1:]]\nmain()\n")
+    proc = subprocess.run([sys.executable, "-c", code, "submit", "-m", "X=5", "--run", str(run.paths.root)],
                           capture_output=True, text=True, env=env, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out

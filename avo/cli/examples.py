@@ -56,8 +56,15 @@ def register(app: typer.Typer) -> None:
             "example's hosts.json as the reference for this CPU class (timed targets, another CPU than "
             "the record's).")] = False,
         draws: Annotated[int, typer.Option("--draws", help="Evaluations --record-host takes.")] = 3,
+        fresh: Annotated[int, typer.Option(
+            "--fresh", help="Also evaluate the version N times on fresh secrets (inputs nobody chose) and "
+            "compare their median with the record within the noise band: whether the recorded draw was a "
+            "fair one, not only what it scored.")] = 0,
     ) -> None:
         """Re-evaluate a shipped example's best version and compare with its recorded score.
+
+        It replays the evaluation's own secret (the same games or inputs); with --fresh N it also
+        measures N draws nobody chose, for a record whose producer you do not trust.
 
         The target's settings (a thread count, say) are the ones the run recorded at its start.
         A timed score measured on another class of CPU than the record's is compared with the
@@ -72,8 +79,8 @@ def register(app: typer.Typer) -> None:
             if is_colony(example):  # a shipped colony: every island's best
                 from avo.colony_report import verify_colony
 
-                if version is not None or record_host:
-                    flag = "--version N" if version is not None else "--record-host"
+                if version is not None or record_host or fresh:
+                    flag = "--version N" if version is not None else "--record-host" if record_host else "--fresh N"
                     raise AvoError(f"{flag} names one run's version; verify one island with "
                                    f"`avo verify {example}/island-K {flag}`")
                 results = verify_colony(example, executor=executor, executor_options=opts)
@@ -109,5 +116,13 @@ def register(app: typer.Typer) -> None:
                                            ("measured", result.scalar, result.metrics)):
                 vector = ", ".join(f"{k} {fmt_number(x, d)}" for k, x in metrics.items())
                 say(f"  {label}: scalar {fmt_number(scalar, d)}" + (f" ({vector})" if vector else ""))
-            if not result.ok:
+            fair = True
+            if fresh:
+                from avo.examples import verify_fresh
+
+                drawn = verify_fresh(example, version=version, draws=fresh, executor=executor,
+                                     executor_options=opts, progress=say)
+                fair = drawn.ok
+                say(f"{'OK' if fair else 'MISMATCH'} on fresh draws: v{drawn.version.n} — {drawn.detail}")
+            if not result.ok or not fair:
                 raise typer.Exit(1)
