@@ -223,6 +223,25 @@ def _installed_plugin_target(name: str) -> TargetSpec | None:
     return next((s for s in specs if s.name == name), None)
 
 
+def _band(state: RunState, spec: TargetSpec) -> float:
+    """The noise band a verify judges by: never wider than the installed target's (the example's
+    run.json is its author's to edit); a run recorded before its target had a band replays exactly."""
+    return min(state.options.noise.band, spec.noise.band)
+
+
+def _prepare_draws(folder: Path, version: int | None, draws: int, flag: str,
+                   no_band: str) -> tuple[RunState, Version, TargetSpec, float]:
+    """:func:`_prepare` for a command that measures ``draws`` times and judges them by the band:
+    refused for fewer than one draw, and for a target without a band (``no_band`` says why)."""
+    if draws < 1:
+        raise AvoError(f"{flag} must be at least 1, not {draws}")
+    state, wanted, spec = _prepare(folder, version)
+    band = _band(state, spec)
+    if band == 0:
+        raise AvoError(f"{folder}'s target is deterministic (no noise band): {no_band}")
+    return state, wanted, spec, band
+
+
 def _measure(folder: Path, state: RunState, wanted: Version, spec: TargetSpec, executor: str | None,
              executor_options: dict[str, str] | None, secret: str | None = None) -> _Measured:
     """One evaluation of ``wanted`` with the installed evaluator, drawing its inputs from
@@ -267,9 +286,7 @@ def verify_example(folder: Path, *, version: int | None = None, executor: str | 
     if ev.scalar is None:
         return Verification(False, wanted, None, {}, f"the recorded version now fails: {ev.result.error}\n{m.log_tail}",
                             m.evaluator_changed)
-    # Never wider than the installed target's (the example's run.json is its author's to edit);
-    # a run recorded before its target had a band replays exactly.
-    band = min(state.options.noise.band, spec.noise.band)
+    band = _band(state, spec)
     if band == 0:
         def close(a: float, b: float) -> bool:
             return abs(a - b) <= 1e-9 * max(1.0, abs(b))
@@ -354,13 +371,9 @@ def verify_fresh(folder: Path, *, version: int | None = None, draws: int = 3, ex
 
     from avo.host_references import load_references
 
-    if draws < 1:
-        raise AvoError(f"--fresh must be at least 1, not {draws}")
-    state, wanted, spec = _prepare(folder, version)
-    band = min(state.options.noise.band, spec.noise.band)
-    if band == 0:
-        raise AvoError(f"{folder}'s target declares no noise band: a draw on new inputs may score otherwise "
-                       "by design, and there is no band to judge it by (a replay, plain `avo verify`, is the check)")
+    state, wanted, spec, band = _prepare_draws(
+        folder, version, draws, "--fresh", "a draw on new inputs may score otherwise by design, and there is no "
+        "band to judge it by (a replay, plain `avo verify`, is the check)")
     refs = load_references(folder)
     measured: list[_Measured] = []
     for i in range(draws):
@@ -399,13 +412,9 @@ def record_host_reference(folder: Path, *, version: int | None = None, draws: in
     from avo.host_cpu import cpu_name
     from avo.host_references import HostReference, load_references, save_references
 
-    if draws < 1:
-        raise AvoError(f"--draws must be at least 1, not {draws}")
-    state, wanted, spec = _prepare(folder, version)
-    band = min(state.options.noise.band, spec.noise.band)
-    if band == 0:
-        raise AvoError(f"{folder}'s target is deterministic (no noise band): it reproduces exactly on any "
-                       "machine, so there is no reference per CPU to record")
+    state, wanted, spec, band = _prepare_draws(
+        folder, version, draws, "--draws", "it reproduces exactly on any machine, so there is no reference per "
+        "CPU to record")
     refs = load_references(folder)  # a file avo cannot read is refused before any measuring
     recorded_cpu = recorded_cpu_class(folder, wanted) or refs.recorded_on
     load = list(os.getloadavg()) if hasattr(os, "getloadavg") else []

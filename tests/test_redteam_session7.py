@@ -19,8 +19,6 @@ import pytest
 from avo.engine import start_run, submit
 from avo.sandbox import probe
 
-needs_bwrap = pytest.mark.skipif(not probe()[0], reason=f"bubblewrap cannot run here: {probe()[1]}")
-
 
 def _impostor(folder: Path, name: str, log: Path) -> None:
     """A program called ``name`` in ``folder`` that notes each start in ``log``, then runs the real one."""
@@ -36,11 +34,11 @@ def _x(work: Path, x: float) -> None:
     solution.write_text(solution.read_text().replace("X = 1.0", f"X = {x}"))
 
 
-@needs_bwrap
 def test_a_bwrap_or_git_first_on_the_agents_path_never_runs(toy: Path, tmp_path: Path, runs_root: Path) -> None:
     # Round seven: `PATH=fake:$PATH avo submit` — the toy evaluator (isolation: candidate) started its
     # candidate through "bwrap" found on that PATH, a fake that ran it unsandboxed and wrote a forged
     # result into the evaluator's stdout: 1e9 accepted. avo's own git came from that PATH too.
+    assert probe()[0], f"this test needs a working bubblewrap: {probe()[1]}"
     fake, log = tmp_path / "fakebin", tmp_path / "impostors.log"
     fake.mkdir()
     for name in ("bwrap", "git"):
@@ -221,7 +219,7 @@ def test_fresh_draws_need_a_noise_band(toy: Path, runs_root: Path, core_plugins:
 
     run = start_run(str(toy), runs_root)
     export_run(run, tmp_path / "ex", plot=False)
-    with pytest.raises(AvoError, match="declares no noise band"):
+    with pytest.raises(AvoError, match=r"is deterministic \(no noise band\): a draw on new inputs"):
         verify_fresh(tmp_path / "ex", draws=2)
     with pytest.raises(AvoError, match="--fresh must be at least 1"):
         verify_fresh(tmp_path / "ex", draws=0)
