@@ -82,8 +82,14 @@ def _fill(template: list[str], target_dir: Path, workdir: Path | None) -> list[s
 # (LD_PRELOAD, LD_AUDIT, LD_LIBRARY_PATH), and a BLAS, OpenMP, NumPy, torch or allocator knob
 # slows a reference down (OPENBLAS_CORETYPE, NPY_DISABLE_CPU_FEATURES, GLIBC_TUNABLES, ...).
 # An agent runs `avo submit` from its own shell; none of these reach the evaluator.
+# The compiler's own search paths too (an evaluator that builds its trusted helpers with cc:
+# gcc runs the `as` it finds on COMPILER_PATH, outside any sandbox; round seven made attention_c's
+# request loop burn CPU in the twin worker that way, 5.34 recorded for an honest 0.39), and the
+# temporary folders, which each evaluator child gets fresh (``_private_tmp``).
 SCRUBBED_PREFIXES = ("LD_", "GLIBC_", "MALLOC_", "PYTHON", "OPENBLAS", "GOTO", "OMP_", "GOMP_", "KMP_", "MKL_",
-                     "BLIS_", "VECLIB_", "NPY_", "NUMPY_", "TORCH_", "PYTORCH_", "MLX_")
+                     "BLIS_", "VECLIB_", "NPY_", "NUMPY_", "TORCH_", "PYTORCH_", "MLX_",
+                     "COMPILER_PATH", "GCC_", "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "OBJC_INCLUDE_PATH",
+                     "LIBRARY_PATH", "DEPENDENCIES_OUTPUT", "SUNPRO_DEPENDENCIES", "CCACHE_", "TMPDIR", "TEMP", "TMP")
 
 
 def inherited_env() -> dict[str, str]:
@@ -93,6 +99,14 @@ def inherited_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith(SCRUBBED_PREFIXES)}
     env["PATH"] = search_path()  # the system's programs first, never an agent's of the same name
     return env
+
+
+def _private_tmp(rt: Runtime) -> dict[str, str]:
+    """A fresh temporary folder for an evaluator child (in its scratch, removed with it): never
+    one the agent's shell named, where it could have put links or files for a compiler to take."""
+    folder = rt.scratch / "tmp"
+    folder.mkdir(parents=True, exist_ok=True)
+    return {"TMPDIR": str(folder), "TMP": str(folder), "TEMP": str(folder)}
 
 
 def recorded_settings(spec: TargetSpec) -> TargetSpec:
@@ -130,12 +144,14 @@ def _launch(
     pid_file: Path | None = None,
 ) -> ChildOutcome:
     """Run the evaluator child for ``workdir`` (or the baselines) and return how it ended."""
-    from avo.evaluator_copy import python_command
+    from avo.evaluator_copy import NO_BYTECODE, python_command
     from avo.sandbox import Sandbox, installed_package_dirs, wrap
 
     template = spec.baselines_command if baselines else spec.evaluate_command
     timeout = spec.baseline_timeout if baselines else spec.eval_timeout
-    env = {QUICK: "1" if quick else "0", SANDBOX: rt.sandbox, "PYTHONUNBUFFERED": "1"}
+    # A directory evaluator's interpreter neither reads nor writes bytecode (evaluator_copy.NO_BYTECODE).
+    env = {QUICK: "1" if quick else "0", SANDBOX: rt.sandbox, "PYTHONUNBUFFERED": "1",
+           "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": NO_BYTECODE}
     rt.scratch.mkdir(parents=True, exist_ok=True)
     if template is not None and spec.isolate_candidate:
         return _launch_isolating(spec, rt, workdir, log_path, template, timeout, env, pid_file)
@@ -167,7 +183,7 @@ def _launch(
         cmd.append("--baselines")
     if quick:
         cmd.append("--quick")
-    child_env = {**pinned_settings(inherited_env(), spec), **env, LOG_DIR: str(log_path.parent)}
+    child_env = {**pinned_settings(inherited_env(), spec), **env, **_private_tmp(rt), LOG_DIR: str(log_path.parent)}
     if rt.secret:
         child_env[EVAL_SECRET] = rt.secret
     cwd = rt.scratch / "cwd"  # never the candidate's folder: nothing there can be imported
@@ -195,7 +211,7 @@ def _launch_isolating(
     cwd.mkdir(exist_ok=True)
     logs = rt.scratch / "logs"  # kept beside the run's log afterwards, as a sandboxed evaluator's
     logs.mkdir(exist_ok=True)
-    child_env = {**pinned_settings(inherited_env(), spec), **env, LOG_DIR: str(logs),
+    child_env = {**pinned_settings(inherited_env(), spec), **env, **_private_tmp(rt), LOG_DIR: str(logs),
                  CANDIDATE_PREFIX: json.dumps(prefix)}
     outcome = run_child(_fill(template, rt.copy_root, workdir), cwd=cwd, timeout=timeout, limits=spec.limits,
                         log_path=log_path, env=child_env, pid_file=pid_file)

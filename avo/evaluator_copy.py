@@ -151,7 +151,31 @@ def check(root: Path, module: str | None, evaluator: dict[str, str],
     recorded_start = {k: v for k, v in runtime.items() if not k.startswith("avo/")}
     compare("interpreter start-up files (.pth, sitecustomize)", recorded_start, startup_files(seen),
             Path(sys.prefix))
+    expected = set(evaluator) if module is None else {f"{module}/{k}" if module else k for k in evaluator}
+    if module is not None:
+        expected |= {f"avo/{k}" for k in core_now}
+    present = _everything(root, seen)
+    stray = sorted(present - expected)
+    if stray:
+        raise IntegrityError(
+            f"the private evaluator copy {root} holds files that are not the evaluator's: {', '.join(stray[:5])}"
+            + (f" and {len(stray) - 5} more" if len(stray) > 5 else "") + ". Python imports a .pyc there "
+            "instead of a module (round seven of the red team: a json.pyc beside a directory target's eval.py "
+            "forged its result); remove them, or start a new run.")
     return seen
+
+
+def _everything(root: Path, seen: dict[str, Identity]) -> set[str]:
+    """Every file under ``root``, caches included (unlike :func:`avo.integrity.hash_tree`), and
+    each folder's identity into ``seen`` (``dir:`` keys; the root's own as ``dir:.``): a folder
+    swapped for another, or one where a file was added or removed, is not the same folder."""
+    files: set[str] = set()
+    for folder, dirs, names in os.walk(root):
+        rel = os.path.relpath(folder, root)
+        seen[f"dir:{rel}"] = identity(folder)
+        dirs.sort()
+        files.update(os.path.normpath(os.path.join(rel, n)) for n in names)
+    return files
 
 
 def rewritten(before: dict[str, Identity], after: dict[str, Identity]) -> list[str]:
@@ -159,14 +183,13 @@ def rewritten(before: dict[str, Identity], after: dict[str, Identity]) -> list[s
     return sorted(k for k in before.keys() & after.keys() if before[k] != after[k])
 
 
-def pycache_dir() -> Path:
-    """avo's own bytecode cache for evaluator children (never the installed ``__pycache__``).
-
-    Shared by runs (``$XDG_CACHE_HOME/avo/pycache``) so that numpy and pydantic are compiled
-    once per machine, not once per run.
-    """
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "avo" / "pycache"
+# Where an evaluator child's bytecode cache would be: a path under a device, which no one can
+# create, so every module it imports (numpy, the standard library) is compiled from its source.
+# A cache of avo's own (`$XDG_CACHE_HOME/avo/pycache`, shared by runs) was the agent's to write:
+# round seven of the red team planted a `json` there whose `os.write` multiplied the metrics in
+# the result line by 10 (4.11 accepted where 0.41 was measured). The price, measured: numpy and
+# pydantic ~0.4 s per evaluation, torch ~2 s.
+NO_BYTECODE = "/dev/null/avo-compiles-from-source"
 
 
 # The boot code of the evaluator child. Modules of the copy (the target's package and avo)
@@ -210,12 +233,12 @@ def manifest(package: str | None, evaluator: dict[str, str], runtime: dict[str, 
     return {k: v for k, v in files.items() if k.endswith(".py")}
 
 
-def python_command(root: Path, files: dict[str, str], pycache: Path | None = None) -> list[str]:
+def python_command(root: Path, files: dict[str, str]) -> list[str]:
     """The interpreter command that runs :mod:`avo.evaluator` from the copy at ``root``,
-    importing the copy's modules only as ``files`` (their recorded hashes) say."""
-    pycache = pycache or pycache_dir()
+    importing the copy's modules only as ``files`` (their recorded hashes) say, and nothing
+    from any bytecode cache (:data:`NO_BYTECODE`)."""
     boot = _BOOT.format(root=str(root), manifest=json.dumps(files, sort_keys=True))
-    return [sys.executable, "-I", "-X", f"pycache_prefix={pycache}", "-c", boot]
+    return [sys.executable, "-I", "-B", "-X", f"pycache_prefix={NO_BYTECODE}", "-c", boot]
 
 
 def evaluator_source(spec: TargetSpec) -> tuple[Path, set[Path], str | None]:

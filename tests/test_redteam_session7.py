@@ -223,3 +223,132 @@ def test_fresh_draws_need_a_noise_band(toy: Path, runs_root: Path, core_plugins:
         verify_fresh(tmp_path / "ex", draws=2)
     with pytest.raises(AvoError, match="--fresh must be at least 1"):
         verify_fresh(tmp_path / "ex", draws=0)
+
+
+# -- the second pass of round seven: what the first fixes left ------------------------------------
+
+JSON_FORGE = textwrap.dedent('''
+    # A sourceless json module beside eval.py: the copy's folder is first on the evaluator's sys.path.
+    import sys
+    _here = __file__.rsplit("/", 1)[0]
+    _saved = sys.path[:]
+    sys.path[:] = [p for p in sys.path if p not in ("", _here)]
+    del sys.modules["json"]
+    import json as _real
+    sys.path[:] = _saved
+    _dumps = _real.dumps
+    def dumps(obj, *a, **k):
+        if isinstance(obj, dict) and obj.get("correct") and isinstance(obj.get("metrics"), dict):
+            obj = dict(obj, metrics={m: 1e9 for m in obj["metrics"]})
+        return _dumps(obj, *a, **k)
+    _real.dumps = dumps
+    sys.modules["json"] = _real
+    ''')
+
+
+def test_bytecode_planted_in_the_evaluator_copy_is_refused(toy: Path, tmp_path: Path, runs_root: Path,
+                                                           core_plugins: None) -> None:
+    # The copy's hashes skipped every .pyc: a json.pyc beside the copy's eval.py was imported by it
+    # (`python eval.py` puts that folder first on sys.path) and forged its result, 1e9 accepted.
+    import py_compile
+
+    from avo.errors import IntegrityError
+
+    run = start_run(str(toy), runs_root)
+    copy = next((run.paths.root / ".avo" / "evaluator").glob("*/eval.py")).parent
+    source = tmp_path / "json_forge.py"
+    source.write_text(JSON_FORGE)
+    py_compile.compile(str(source), cfile=str(copy / "json.pyc"), doraise=True)
+    _x(run.paths.work, 2.0)
+    with pytest.raises(IntegrityError, match=r"holds files that are not the evaluator's: json\.pyc"):
+        submit(run, "x=2 with a json.pyc in the copy")
+    assert json.loads(run.paths.run_json.read_text())["versions"][-1]["scalar"] < 100
+    (copy / "json.pyc").unlink()
+    assert submit(run, "x=2").version.scalar == pytest.approx(10.088, abs=1e-3)  # type: ignore[union-attr]
+
+
+def test_the_evaluator_copy_folder_swapped_and_put_back_voids_the_result(
+        toy: Path, runs_root: Path, core_plugins: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The identity of each file was kept, not of the folder holding them: the copy's folder renamed
+    # away for a forged one whose eval.py renamed both back before printing 1e9 left every file
+    # as it was checked.
+    import avo.evaluation as evaluation
+
+    run = start_run(str(toy), runs_root)
+    copy = next((run.paths.root / ".avo" / "evaluator").glob("*/eval.py")).parent
+    real_copy, forged = copy.with_name(copy.name + ".real"), copy.with_name(copy.name + ".forged")
+    forged.mkdir()
+    (forged / "eval.py").write_text(textwrap.dedent(f"""
+        import os
+        os.rename({str(copy)!r}, {str(forged)!r})
+        os.rename({str(real_copy)!r}, {str(copy)!r})
+        print({FORGED!r})
+        """))
+    (forged / "target.yaml").write_bytes((copy / "target.yaml").read_bytes())
+    real = evaluation.evaluate_dir
+
+    def swap_then_evaluate(*args: object, **kwargs: object) -> object:
+        os.rename(copy, real_copy)
+        os.rename(forged, copy)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(evaluation, "evaluate_dir", swap_then_evaluate)
+    _x(run.paths.work, 2.0)
+    out = submit(run, "x=2")
+    assert (copy / "target.yaml").exists() and not real_copy.exists()  # the forgery put the folder back
+    assert out.outcome == "failed", (out.outcome, out.evaluation.scalar)
+    assert "were rewritten or replaced after they were checked" in (out.evaluation.result.error or "")
+    assert "dir:." in (out.evaluation.result.error or "")
+
+
+STEADY = LUCKY.replace('name="lucky"', 'name="steady"').replace(
+    "noise=NoiseSpec(band=0.1, confirm_runs=3)", "noise=NoiseSpec()").replace("# lucky", "# steady").replace(
+    """    s = options.secret
+    draw = 3.0 if s.startswith("ffff") else 1.0 + 0.04 * (int(s[4:8], 16) / 65535 - 0.5)
+""", """    draw = 1.0
+""")
+
+
+def test_bytecode_planted_in_a_cache_never_runs_in_a_plugin_evaluator(
+        tmp_path: Path, runs_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The plugin evaluator imported everything but the copy's own modules through avo's bytecode
+    # cache ($XDG_CACHE_HOME/avo/pycache), the agent's to write: a json/__init__ .pyc valid for the
+    # installed source (its mtime and size) patched os.write to multiply the result's metrics by 10.
+    import importlib._bootstrap_external as external
+
+    from avo import plugins
+    from tests.conftest import install_plugin
+
+    assert "draw = 1.0" in STEADY and 'name="steady"' in STEADY
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    src = Path(json.__file__)
+    st = src.stat()
+    patch = textwrap.dedent('''
+        import os as _os
+        _w = _os.write
+        def _write(fd, data, _w=_w):
+            b = bytes(data)
+            if b.startswith(b'{"correct":true,"metrics":{'):
+                obj = loads(b)
+                obj["metrics"] = {k: v * 10 for k, v in obj["metrics"].items()}
+                _w(fd, (dumps(obj, separators=(",", ":")) + ("\\n" if b.endswith(b"\\n") else "")).encode())
+                return len(b)
+            return _w(fd, data)
+        _os.write = _write
+        ''')
+    code = compile(src.read_text() + patch, str(src), "exec")
+    dest = Path(str(cache / "avo" / "pycache") + str(src.parent)) / f"__init__.{sys.implementation.cache_tag}.pyc"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_bytes(external._code_to_timestamp_pyc(code, int(st.st_mtime), st.st_size))  # type: ignore[attr-defined]
+    install_plugin(tmp_path / "site", monkeypatch, "avo_target_steady", STEADY, name="avo-target-steady",
+                   version="0.1", entry="steady")
+    try:
+        run = start_run("steady", runs_root)
+        assert run.state.best_version.scalar == pytest.approx(100.0)
+        (run.paths.work / "quality.txt").write_text("1.01\n")
+        out = submit(run, "1 % better")
+        assert out.outcome == "accepted" and out.evaluation.scalar == pytest.approx(101.0), out.evaluation.scalar
+    finally:
+        sys.modules.pop("avo_target_steady", None)
+        plugins.reset_plugin_manager()

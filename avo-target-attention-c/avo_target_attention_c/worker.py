@@ -16,7 +16,31 @@ everything it could forge (timing, checks, which rows are looked at) lives outsi
 
 import json
 import mmap
+import platform
+import struct
 import sys
+
+# System calls candidate code is refused (EPERM), by a seccomp filter set before the kernel's
+# library is loaded (its constructors run under it). Each makes kernel objects that do work in
+# interrupt context later: interrupt time is charged to whichever thread is on the CPU then
+# (a kernel without CONFIG_IRQ_TIME_ACCOUNTING), which is the NumPy reference, timed on the same
+# CPU. Round seven of the red team armed one-shot timerfds, each watched 2,500 times through
+# epoll, to fire while NumPy ran: 9.5-10.8 for run six's v2, which honestly scores 6.5. None of
+# these has a use in a function that computes attention. Numbers per architecture.
+DENIED = {
+    "x86_64": (0xC000003E, {
+        "timer_create": 222, "timer_settime": 223, "timerfd_create": 283, "timerfd_settime": 286,
+        "epoll_create": 213, "epoll_create1": 291, "epoll_ctl": 233, "io_setup": 206, "io_submit": 209,
+        "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "socket": 41, "socketpair": 53,
+        "perf_event_open": 298, "inotify_init": 253, "inotify_init1": 294, "fanotify_init": 300,
+        "userfaultfd": 323, "bpf": 321, "unshare": 272, "setns": 308}),
+    "aarch64": (0xC00000B7, {
+        "timer_create": 107, "timer_settime": 110, "timerfd_create": 85, "timerfd_settime": 86,
+        "epoll_create1": 20, "epoll_ctl": 21, "io_setup": 0, "io_submit": 2,
+        "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "socket": 198, "socketpair": 199,
+        "perf_event_open": 241, "inotify_init1": 26, "fanotify_init": 262,
+        "userfaultfd": 282, "bpf": 280, "unshare": 97, "setns": 268}),
+}
 
 
 def main(argv: list[str]) -> int:
@@ -65,6 +89,7 @@ def load(state: dict, mem: mmap.mmap, offsets: tuple, req: dict) -> None:
     ffi.cdef(req["cdef"])
     ffi.cdef(req["serve_cdef"])
     serve = ffi.dlopen(req["serve"])  # ours, before the kernel's constructors run
+    forbid_interrupt_work()
     try:
         lib = ffi.dlopen(req["library"])
     except OSError as exc:
@@ -76,6 +101,38 @@ def load(state: dict, mem: mmap.mmap, offsets: tuple, req: dict) -> None:
     buf = ffi.from_buffer("float[]", mem, require_writable=True)
     # lib owns the mapping of the library and buf the view of the shared memory: keep both.
     state.update(ffi=ffi, lib=lib, serve=serve, buf=buf, fn=fn, ptrs=[buf + off for off in offsets])
+
+
+def forbid_interrupt_work() -> None:
+    """Refuse :data:`DENIED` to this process from now on (a seccomp filter: EPERM), where the
+    kernel allows it; elsewhere (not Linux, another architecture) nothing is refused."""
+    import ctypes
+
+    arch = DENIED.get(platform.machine())
+    if arch is None or not sys.platform.startswith("linux"):
+        return
+    audit, numbers = arch
+    nrs = sorted(set(numbers.values()))
+
+    def op(code: int, jt: int, jf: int, k: int) -> bytes:
+        return struct.pack("HBBI", code, jt, jf, k)
+
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
+    allow, eperm = 0x7FFF0000, 0x00050000 | 1
+    prog = [op(ld, 0, 0, 4), op(jeq, 1, 0, audit), op(ret, 0, 0, allow), op(ld, 0, 0, 0),
+            op(jge, len(nrs) + 1, 0, 0x40000000)]  # x32 system calls (numbered from bit 30): refused
+    prog += [op(jeq, len(nrs) - i, 0, nr) for i, nr in enumerate(nrs)]
+    prog += [op(ret, 0, 0, allow), op(ret, 0, 0, eperm)]
+    code = b"".join(prog)
+    filt = ctypes.create_string_buffer(code)
+    fprog = struct.pack("HxxxxxxQ", len(prog), ctypes.addressof(filt))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
+    if libc.prctl(38, 1, None, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS: required for an unprivileged filter
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+    holder = ctypes.create_string_buffer(fprog)
+    if libc.prctl(22, 2, ctypes.addressof(holder), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+        raise OSError(ctypes.get_errno(), "seccomp could not be set: the kernel's system calls cannot be limited")
 
 
 def torch_call(state: dict, mem: mmap.mmap, offsets: tuple, threads: int, req: dict) -> None:

@@ -92,3 +92,30 @@ def test_the_thread_count_is_the_runs_whatever_the_agents_shell_sets(
     notes = report.evaluation.result.notes or ""
     assert "threads: candidate 1 " in notes and "threads: candidate 2" not in notes, notes
     assert report.warning is not None and "AVO_ATTENTION_C_THREADS=2 in this shell is not used" in report.warning
+
+
+def test_the_agents_compiler_paths_never_reach_the_evaluators_own_builds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Round seven of the red team: the evaluator builds its trusted request loop and FMA probe with
+    # cc, outside the sandbox, in the environment of the shell that ran `avo submit`; gcc ran the
+    # `as` it found on COMPILER_PATH, and the agent's assembled a request loop that burned CPU in
+    # the twin worker, so more was subtracted from every kernel call (5.34 recorded for 0.39).
+    # CPATH and LIBRARY_PATH reach the compiler's headers and libraries the same way.
+    real_as = shutil.which("as")
+    assert real_as is not None
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    marker = tmp_path / "agents-as-ran"
+    (fake / "as").write_text(f"#!/bin/sh\necho \"$*\" >> '{marker}'\nexec '{real_as}' \"$@\"\n")
+    (fake / "as").chmod(0o755)
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "stddef.h").write_text('#error "the agent\'s header"\n')
+    monkeypatch.setenv("COMPILER_PATH", str(fake))
+    monkeypatch.setenv("CPATH", str(tmp_path / "include"))
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "agents-tmp"))
+    work = tmp_path / "cand"
+    work.mkdir()
+    (work / "kernel.c").write_text(SEED)
+    ev = evaluate_dir(find_target("attention_c"), work, tmp_path / "logs" / "eval.log", quick=True)
+    assert ev.scalar is not None, ev.result.error
+    assert not marker.exists(), marker.read_text()

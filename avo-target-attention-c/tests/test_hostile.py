@@ -536,3 +536,39 @@ def test_a_kernel_that_serves_the_requests_itself_gains_nothing(
     if cheat.correct:
         gain = cheat.metrics["n128_noncausal"] / honest.metrics["n128_noncausal"]
         assert gain < 1.1, (gain, honest.metrics, cheat.metrics)
+
+
+IRQ_WORK = r"""#include <errno.h>
+#include <stdio.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <time.h>
+static int made; /* kernel objects that would do work in interrupt context: none may be made */
+__attribute__((constructor)) static void arm(void)
+{
+    int fds[2];
+    timer_t t;
+    int tfd = timerfd_create(CLOCK_MONOTONIC, 0), ep = epoll_create1(0);
+    int uring = (int)syscall(425, 8, (void *)0);  /* io_uring_setup with no params: EFAULT if allowed */
+    made = (tfd >= 0) + (ep >= 0) + (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0)
+         + (timer_create(CLOCK_MONOTONIC, 0, &t) == 0) + (uring >= 0 || errno == EFAULT);
+    fprintf(stderr, "IRQ-WORK: %d of 5 made\n", made);
+}
+"""
+
+
+def test_a_kernel_cannot_make_timers_that_charge_interrupt_work_to_the_reference(
+        candidate: Make, evaluate: Eval, capfd: pytest.CaptureFixture[str]) -> None:
+    # Round seven of the red team: on a Linux kernel without IRQ time accounting, interrupt time is
+    # charged to whichever thread is on the CPU, and with one thread per side that is NumPy's,
+    # timed on the same CPU. A kernel armed one-shot timerfds, each watched 2,500 times through
+    # epoll, to fire while NumPy ran: run six's v2 (honest 6.5) scored 9.5-10.8, every check passed.
+    # Timers, epoll, io_uring and sockets are refused to the worker before the kernel's library is
+    # loaded; the kernel here makes its output wrong for every one it gets.
+    kernel = hostile(IRQ_WORK, "    HONEST;\n    if (made) out[0] = -1e30f;")
+    result = evaluate(candidate(kernel))
+    assert "IRQ-WORK: 0 of 5 made" in capfd.readouterr().err
+    assert result.correct, result.error
