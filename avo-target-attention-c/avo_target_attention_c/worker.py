@@ -119,8 +119,10 @@ def forbid_interrupt_work() -> None:
 
     ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
     allow, eperm = 0x7FFF0000, 0x00050000 | 1
-    prog = [op(ld, 0, 0, 4), op(jeq, 1, 0, audit), op(ret, 0, 0, allow), op(ld, 0, 0, 0),
-            op(jge, len(nrs) + 1, 0, 0x40000000)]  # x32 system calls (numbered from bit 30): refused
+    # Any other calling convention is refused whole (x86-64's `int $0x80` reaches the 32-bit table,
+    # where timerfd_create is 322, not 283), and so are x32 system calls (numbered from bit 30).
+    prog = [op(ld, 0, 0, 4), op(jeq, 1, 0, audit), op(ret, 0, 0, eperm), op(ld, 0, 0, 0),
+            op(jge, len(nrs) + 1, 0, 0x40000000)]
     prog += [op(jeq, len(nrs) - i, 0, nr) for i, nr in enumerate(nrs)]
     prog += [op(ret, 0, 0, allow), op(ret, 0, 0, eperm)]
     code = b"".join(prog)

@@ -555,7 +555,12 @@ __attribute__((constructor)) static void arm(void)
     int uring = (int)syscall(425, 8, (void *)0);  /* io_uring_setup with no params: EFAULT if allowed */
     made = (tfd >= 0) + (ep >= 0) + (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0)
          + (timer_create(CLOCK_MONOTONIC, 0, &t) == 0) + (uring >= 0 || errno == EFAULT);
-    fprintf(stderr, "IRQ-WORK: %d of 5 made\n", made);
+#if defined(__x86_64__)
+    long r; /* the same through the 32-bit system call table: timerfd_create is 322 there */
+    __asm__ volatile("int $0x80" : "=a"(r) : "a"(322L), "b"(1L), "c"(0L) : "memory");
+    made += r >= 0;
+#endif
+    fprintf(stderr, "IRQ-WORK: %d made\n", made);
 }
 """
 
@@ -570,5 +575,5 @@ def test_a_kernel_cannot_make_timers_that_charge_interrupt_work_to_the_reference
     # loaded; the kernel here makes its output wrong for every one it gets.
     kernel = hostile(IRQ_WORK, "    HONEST;\n    if (made) out[0] = -1e30f;")
     result = evaluate(candidate(kernel))
-    assert "IRQ-WORK: 0 of 5 made" in capfd.readouterr().err
+    assert "IRQ-WORK: 0 made" in capfd.readouterr().err
     assert result.correct, result.error
