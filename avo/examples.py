@@ -367,7 +367,6 @@ def verify_fresh(folder: Path, *, version: int | None = None, draws: int = 3, ex
     produced the run asks for this. On another CPU class than the record's, the example's
     reference for that class (hosts.json) is what the median is compared with, as a replay's is.
     """
-    import statistics
 
     from avo.host_references import load_references
 
@@ -384,13 +383,11 @@ def verify_fresh(folder: Path, *, version: int | None = None, draws: int = 3, ex
         measured.append(m)
         if progress is not None:
             progress(f"fresh draw {i + 1} of {draws}: {m.ev.scalar:.6g}")
-    scalars = [m.ev.scalar for m in measured if m.ev.scalar is not None]
-    median = statistics.median(scalars)
+    median, scalars, near = _median_draw(measured)
     ref = _usable_reference(refs, measured[0], wanted.n, recorded_cpu_class(folder, wanted) or refs.recorded_on)
     reference, what = ((ref.scalar, f"this CPU class's reference {ref.scalar:.6g} (hosts.json)") if ref is not None
                        else (wanted.scalar, f"recorded {wanted.scalar:.6g}"))
     g = gain(median, reference, spec.direction)
-    near = min(measured, key=lambda m: abs((m.ev.scalar or 0.0) - median))  # metrics of a real draw
     detail = (f"median {median:.6g} over {draws} fresh draw(s) ({', '.join(f'{x:.6g}' for x in scalars)}) vs "
               f"{what} ({g:+.2%}; noise band ±{band:.0%})")
     return Verification(abs(g) <= band, wanted, median, near.ev.result.metrics, detail,
@@ -498,13 +495,21 @@ def _is_median_of(scalar: float, runs: list[float]) -> bool:
     return abs(statistics.median(runs) - scalar) <= 1e-9 * max(1.0, abs(scalar))
 
 
+def _median_draw(measured: list[_Measured]) -> tuple[float, list[float], _Measured]:
+    """The median scalar of passing draws, their scalars, and the draw nearest the median (whose
+    metrics a verdict shows: a real draw's, not an interpolation)."""
+    import statistics
+
+    scalars = [m.ev.scalar for m in measured if m.ev.scalar is not None]
+    median = statistics.median(scalars)
+    return median, scalars, min(measured, key=lambda m: abs((m.ev.scalar or 0.0) - median))
+
+
 def _verify_median(folder: Path, state: RunState, wanted: Version, spec: TargetSpec, executor: str | None,
                    executor_options: dict[str, str] | None, first: _Measured,
                    draws: list[tuple[float, str | None]], band: float) -> Verification:
     """Replay every draw a recorded median came from (``first`` replayed the first already) and
     compare the median of the replays with the record."""
-    import statistics
-
     replays = [first]
     for _, secret in draws[1:]:
         m = _measure(folder, state, wanted, spec, executor, executor_options, secret=secret)
@@ -512,10 +517,8 @@ def _verify_median(folder: Path, state: RunState, wanted: Version, spec: TargetS
             return Verification(False, wanted, None, {}, f"a replayed draw of the recorded median now fails: "
                                 f"{m.ev.result.error}\n{m.log_tail}", m.evaluator_changed)
         replays.append(m)
-    scalars = [r.ev.scalar for r in replays if r.ev.scalar is not None]
-    median = statistics.median(scalars)
+    median, scalars, near = _median_draw(replays)
     g = gain(median, wanted.scalar, spec.direction)
-    near = min(replays, key=lambda r: abs((r.ev.scalar or 0.0) - median))  # metrics of a real draw
     detail = (f"measured a median of {median:.6g} over the {len(scalars)} recorded draws, each replayed "
               f"({', '.join(f'{x:.6g}' for x in scalars)}), vs recorded median {wanted.scalar:.6g} "
               f"({g:+.2%}; noise band ±{band:.0%})")

@@ -91,6 +91,9 @@ class CommitInfo:
     message: str
 
 
+_NO_USER_CONFIG = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
+
+
 def git_env() -> dict[str, str]:
     """The environment of every git avo runs: no ``GIT_*`` variable of the caller's, and no
     configuration but avo's own (``_CONFIG``) and the repository's (which avo rewrites): the
@@ -98,7 +101,7 @@ def git_env() -> dict[str, str]:
     (round seven of the red team: a clean filter named by work/.gitattributes and defined in
     the global configuration ran three times during a submit)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_TERMINAL_PROMPT="0")
+    env.update(_NO_USER_CONFIG, GIT_TERMINAL_PROMPT="0")
     return env
 
 
@@ -273,7 +276,7 @@ class _Objects:
         self.cmd.update_environment(
             GIT_DIR=str(git_dir), GIT_OBJECT_DIRECTORY=str(git_dir / "objects"), GIT_ALTERNATE_OBJECT_DIRECTORIES="",
             GIT_NO_REPLACE_OBJECTS="1", GIT_OPTIONAL_LOCKS="0", GIT_CONFIG_COUNT="0", GIT_CONFIG_PARAMETERS="",
-            GIT_NAMESPACE="", GIT_TERMINAL_PROMPT="0", GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull)
+            GIT_NAMESPACE="", GIT_TERMINAL_PROMPT="0", **_NO_USER_CONFIG)
         self.db = GitCmdObjectDB(str(git_dir / "objects"), self.cmd)
         self.lock = threading.Lock()  # one request at a time on the reader's pipe (the MCP server's threads)
 

@@ -24,7 +24,12 @@ def search_path(path: str | None = None) -> str:
     return os.pathsep.join([*SYSTEM_DIRS, *dict.fromkeys(rest)])
 
 
+def find(name: str) -> str | None:
+    """The absolute path of the program ``name`` along :func:`search_path`, or ``None``."""
+    return shutil.which(name, path=search_path())
+
+
 def program(name: str) -> str:
-    """The absolute path of the program ``name`` along :func:`search_path` (``name`` itself when
-    it is nowhere: starting it then fails with the usual error, naming it)."""
-    return shutil.which(name, path=search_path()) or name
+    """:func:`find`'s path for ``name``, or ``name`` itself when it is nowhere (starting it then
+    fails with the usual error, naming it)."""
+    return find(name) or name

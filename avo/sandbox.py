@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -28,7 +27,7 @@ from typing import Any, Literal
 
 from avo.errors import AvoError
 from avo.eval_env import SANDBOX
-from avo.programs import program, search_path
+from avo.programs import find, program
 
 Level = Literal["bwrap", "none"]
 LEVELS: tuple[str, ...] = ("auto", "bwrap", "none")
@@ -73,7 +72,7 @@ def probe() -> tuple[bool, str]:
     if not sys.platform.startswith("linux"):
         return False, (f"no sandbox is implemented for {sys.platform}: candidates run in their own "
                        "process group only (no file-system, network or PID isolation)")
-    exe = shutil.which("bwrap", path=search_path())  # never an agent's bwrap first on its PATH
+    exe = find("bwrap")  # never an agent's bwrap first on its PATH
     if exe is None:
         return False, ("bubblewrap is not installed (`apt-get install bubblewrap` on Debian/Ubuntu, "
                        "`dnf install bubblewrap` on Fedora)")

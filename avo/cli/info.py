@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -150,14 +149,13 @@ def register(app: typer.Typer) -> None:
 
         v = sys.version_info
         line(v >= (3, 10), f"Python {v.major}.{v.minor}.{v.micro} ({sys.executable})", "install Python 3.10 or newer")
-        from avo.programs import search_path
+        from avo.programs import find
 
-        found = search_path()  # where avo and its evaluators look: the system's folders first
-        git = shutil.which("git", path=found)
+        git = find("git")  # where avo and its evaluators look: the system's folders first
         git_version = subprocess.run([git, "--version"], capture_output=True, text=True).stdout.strip() if git else ""
         line(git is not None, f"git: {git_version or 'not found'}" + (f" ({git})" if git else ""),
              "install git (the lineage is a git repository)")
-        cc = shutil.which("cc", path=found) or shutil.which("gcc", path=found) or shutil.which("clang", path=found)
+        cc = find("cc") or find("gcc") or find("clang")
         line(cc is not None, f"C compiler: {cc or 'not found'}",
              "install gcc or clang (needed by attention_c and by cffi builds)")
         from avo.sandbox import probe
