@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
 SPARK = "▁▂▃▄▅▆▇█"
 BAR_WIDTH = 24
-OUTCOME_STYLE = {"accepted": "green", "rejected": "yellow", "failed": "red", "no_change": "dim",
+OUTCOME_STYLE = {"accepted": "green", "rejected": "yellow", "failed": "red", "interrupted": "magenta",
+                 "no_change": "dim",
                  "timeout": "magenta", "error": "red"}
 
 

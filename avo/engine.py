@@ -288,11 +288,12 @@ def _finish(res: JobResult, log_path: Path, secret: str | None = None, label: st
 
 
 def _run_jobs(run: Run, jobs: list[EvalJob | Evaluation], *, executor: str | None = None,
-              options: dict[str, str] | None = None, drawn: list[Evaluation] | None = None) -> list[Evaluation]:
+              options: dict[str, str] | None = None,
+              drawn: Callable[[Evaluation], None] | None = None) -> list[Evaluation]:
     """Run the jobs on the run's executor, as many at once as it has room for.
 
-    ``drawn``: each evaluation is added as it is finished, so a caller still has the ones before
-    a refused job (:class:`IntegrityError`) when it records what was measured.
+    ``drawn``: called with each evaluation as it is finished, so a submit keeps every draw it
+    had when it ends before its decision (killed, or a job refused: :class:`IntegrityError`).
     """
     from avo import executors
 
@@ -308,12 +309,13 @@ def _run_jobs(run: Run, jobs: list[EvalJob | Evaluation], *, executor: str | Non
         else:
             out.append(job)
         if drawn is not None:
-            drawn.append(out[-1])
+            drawn(out[-1])
     return out
 
 
 def _evaluate_tree(run: Run, tree: str, label: str, *, screening: bool = False, executor: str | None = None,
-                   options: dict[str, str] | None = None, drawn: list[Evaluation] | None = None) -> Evaluation:
+                   options: dict[str, str] | None = None,
+                   drawn: Callable[[Evaluation], None] | None = None) -> Evaluation:
     """Export ``tree`` to a private snapshot and evaluate exactly that, on the run's executor.
 
     ``screening``: the target's quick mode inside a full run (its configs differ).
@@ -470,11 +472,14 @@ def _regain_git_dir(run: Run, notes: list[str]) -> bool:
     return True
 
 
-def _write_journal(paths: RunPaths, body: dict[str, Any]) -> None:
-    """What a submit still has to write if it is killed from here, signed with the run's key."""
+def _write_journal(paths: RunPaths, body: dict[str, Any], *, synced: bool = True) -> None:
+    """What a submit still has to write if it is killed from here, signed with the run's key.
+
+    ``synced=False``: not forced to disk (a started submit's: its trajectory line, synced, is what
+    stands for it after a power cut; only the draws it had would be lost)."""
     from avo.run_key import signed
 
-    write_json_atomic(paths.journal, signed(paths, body))
+    write_json_atomic(paths.journal, signed(paths, body), sync="all" if synced else "none")
 
 
 def _journal_problem(paths: RunPaths, state: RunState, journal: dict[str, Any] | None) -> str | None:
@@ -482,6 +487,10 @@ def _journal_problem(paths: RunPaths, state: RunState, journal: dict[str, Any] |
     if journal is None:
         return "it is not signed with the run's key"
     step, record, diff_path = journal.get("step"), journal.get("record"), journal.get("diff_path")
+    if journal.get("kind") == "started":
+        if not isinstance(step, int) or step > state.steps + 1 or not isinstance(journal.get("draws"), list):
+            return f"it is not step {state.steps + 1}'s started submit"
+        return None
     if journal.get("kind") not in ("accept", "reject") or not isinstance(step, int) or not isinstance(record, dict):
         return "it is not a submit's journal"
     if record.get("kind") != "submit" or record.get("step") != step or step not in (state.steps, state.steps + 1):
@@ -492,8 +501,16 @@ def _journal_problem(paths: RunPaths, state: RunState, journal: dict[str, Any] |
     return None
 
 
+KILLED = "the submit was killed before its decision"
+
+
 def _finish_journal(run: Run, notes: list[str]) -> None:
-    """Finish or undo a submit that was killed half-way (its journal says how far it got)."""
+    """Finish a submit that was killed half-way (its journal says how far it got): a step, always.
+
+    Killed during its evaluation, it is recorded as interrupted with the draws its journal
+    kept; killed after its decision, the decision is recorded, except an acceptance killed
+    before its commit point (run.json), recorded as interrupted (its commit is let go).
+    """
     from avo.run_key import read_verified
 
     paths, state, lineage = run.paths, run.state, run.lineage
@@ -509,40 +526,146 @@ def _finish_journal(run: Run, notes: list[str]) -> None:
                      f"for this run; nothing in it was applied (kept as {aside.relative_to(paths.root)})")
         return
     step = journal["step"]
+    if journal["kind"] == "started":
+        if step == state.steps + 1:  # else a copy put back after its step was recorded
+            notes.append(_record_interrupted(run, journal, journal["draws"], f"{KILLED} (during its evaluation)"))
+        paths.journal.unlink(missing_ok=True)
+        return
     record = journal["record"]
-    done = state.steps >= step
-    if done:
-        # Its record in the trajectory: the submit was finished (the reset came before the
-        # record), and this journal is one put back since (a copy of a genuine one, signed):
-        # resetting again would delete what the agent wrote in work/ after it.
-        recorded = any(r.get("kind") == "submit" and r.get("step") == step for r in read_trajectory(paths))
-        if journal.get("kind") == "accept":
-            _finish_accepted(run, journal, notes)
-        elif not recorded:
-            # Edits made after the kill (the agent went on working) are in no diff: archive them.
-            # The snapshot measured (its record names the code only, without .avo/); older journals: the record's.
-            measured = journal.get("measured", record.get("tree"))
-            if isinstance(measured, str) and lineage.is_dirty(state.best_version.sha):
-                try:
-                    _archive_late_edits(run, step, measured, notes, after_kill=True)
-                except AvoError:  # the candidate's tree is gone from work/.git: all of work/ against the best
-                    _archive_late_edits(run, step, state.best_version.sha, notes, after_kill=True)
-            lineage.reset_hard(state.best_version.sha)
-        if not recorded:
-            append_trajectory(paths, record)
-        notes.append(f"finished recording step {step} interrupted after its decision")
-    else:
-        if journal.get("kind") == "accept":
-            lineage.move_branch(state.best_version.sha)  # the work tree keeps the candidate
-        diff_path = journal.get("diff_path")
-        if diff_path:
-            Path(diff_path).unlink(missing_ok=True)
-        append_trajectory(paths, {"kind": "interrupted", "id": f"interrupted-{step}", "step": step,
-                                  "note": "a submit was killed before its decision was recorded; "
-                                          "the candidate is still in work/"})
-        notes.append(f"a submit of step {step} was interrupted before its decision; "
-                     "the candidate is back in work/ uncommitted")
+    if state.steps < step and journal["kind"] == "accept":
+        lineage.move_branch(state.best_version.sha)  # the work tree keeps the candidate
+        body = {key: record.get(key) for key in ("step", "message", "tree", "best_before", "migrant", "usage")}
+        draws = (record.get("confirm") or {}).get("candidate_draws") or []
+        why = (f"the submit was accepted at {fmt_number(record.get('scalar'))} but killed before its version "
+               "was written to run.json; submit it again")
+        notes.append(_record_interrupted(run, {**body, "measured": journal.get("measured", record.get("tree"))},
+                                         draws if isinstance(draws, list) else [], why))
+        return
+    newly_due = False  # the supervisor made due by this step: its line follows the record
+    if state.steps < step:  # a rejection killed before its commit point: it was decided, so it is recorded
+        was_due = state.supervisor.due
+        _count_step(state, step, record.get("usage") if isinstance(record.get("usage"), dict) else None)
+        _count_not_accepted(state, step, str(record.get("outcome")), str(record.get("fingerprint")))
+        save_state(paths, state)
+        newly_due = state.supervisor.due and not was_due
+    # Its record in the trajectory: the submit was finished (the reset came before the
+    # record), and this journal is one put back since (a copy of a genuine one, signed):
+    # resetting again would delete what the agent wrote in work/ after it.
+    recorded = any(r.get("kind") == "submit" and r.get("step") == step for r in read_trajectory(paths))
+    if journal["kind"] == "accept":
+        _finish_accepted(run, journal, notes)
+    elif not recorded:
+        # Edits made after the kill (the agent went on working) are in no diff: archive them.
+        # The snapshot measured (its record names the code only, without .avo/); older journals: the record's.
+        measured = journal.get("measured", record.get("tree"))
+        if isinstance(measured, str) and lineage.is_dirty(state.best_version.sha):
+            try:
+                _archive_late_edits(run, step, measured, notes, after_kill=True)
+            except AvoError:  # the candidate's tree is gone from work/.git: all of work/ against the best
+                _archive_late_edits(run, step, state.best_version.sha, notes, after_kill=True)
+        lineage.reset_hard(state.best_version.sha)
+    if not recorded:
+        append_trajectory(paths, record)
+        if newly_due:
+            append_trajectory(paths, {"kind": "supervisor_due", "step": step, "reason": state.supervisor.reason})
+    notes.append(f"finished recording step {step} interrupted after its decision")
     paths.journal.unlink(missing_ok=True)
+
+
+def _open_start(data: bytes, key: bytes | None, steps: int) -> dict[str, Any] | None:
+    """The start line in ``data`` (a trajectory) of step ``steps + 1``, if nothing of avo's settled
+    it: a ``submit`` or :data:`NOT_RUN` line of that step signed with the run's ``key``.
+
+    Read back from the end through lines of anyone's: a line appended by hand after the start
+    (unsigned, adopted as past the head) must not hide it, nor one signed with a key put in the
+    run's key's place for one command. It stops at avo's record of an earlier step (a start
+    of step ``steps + 1`` comes after it), so a run's whole trajectory is never read. A start
+    line is taken whoever wrote it: one written by hand only costs the run a step (its fields
+    are checked before use).
+    """
+    import json
+
+    from avo.chain import line_hash
+    from avo.run_key import line_signed
+
+    end = len(data)
+    while end > 0:
+        start = data.rfind(b"\n", 0, end - 1) + 1
+        line = data[start:end].rstrip(b"\n")
+        end = start
+        if not any(k in line for k in (b'"submit"', STARTED.encode(), NOT_RUN.encode())):
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        kind = record.get("kind") if isinstance(record, dict) else None
+        step = record.get("step") if isinstance(record, dict) else None
+        if kind == STARTED and step == steps + 1:
+            return record
+        # This step settled, or an earlier one recorded (no start of this step before it): a line
+        # avo signed, where avo wrote it (one of an earlier step copied to the end chains to its
+        # old neighbour, not to the line before it here).
+        if kind in ("submit", NOT_RUN) and isinstance(step, int) and step <= steps + 1 and line_signed(key, line):
+            before = data[data.rfind(b"\n", 0, start - 1) + 1:start].rstrip(b"\n") if start else None
+            if before is not None and record.get("prev") == line_hash(before):
+                return None
+    return None
+
+
+def _tail_damage(paths: RunPaths, state: RunState) -> str | None:
+    """What ``avo recover`` would drop after the newest line of avo's that settles a step (where a
+    killed submit's start line would be): lines cut from the end, a torn last line, a line broken
+    or edited there. ``None``: nothing there is lost."""
+    from avo.chain import split_lines, verify
+    from avo.run_key import line_signed, run_key
+
+    data = trajectory_bytes(paths)
+    lines, torn = split_lines(data)
+    report = verify(data, state.chain)
+    if report.head_problem and state.chain is not None and state.chain.count > len(lines):
+        return report.head_problem
+    key = run_key(paths, create=False)
+    settled = 0  # the line number of the newest signed submit or not-run line
+    for n in range(len(lines), 0, -1):
+        line = lines[n - 1]
+        if (b'"submit"' in line or NOT_RUN.encode() in line) and line_signed(key, line) and n not in report.problems:
+            settled = n
+            break
+    broken = sorted(n for n in report.problems if n > settled)
+    if broken:
+        return f"line {broken[0]} {report.problems[broken[0]]}"
+    if torn.strip():
+        return "its last line was cut off"
+    return None
+
+
+_OBJECT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+
+
+def _finish_started_line(run: Run, notes: list[str]) -> bool:
+    """Record as interrupted a submit whose start is on the trajectory and nothing settled, with no
+    journal (deleted by hand, to leave no trace of a killed submit); whether it did."""
+    from avo.run_key import line_signed, run_key
+
+    data = run.checked if run.checked is not None else trajectory_bytes(run.paths)
+    key = run_key(run.paths, create=False)
+    if key is not None and line_signed(key, data.partition(b"\n")[0]) is False:
+        key = None  # not the key the run's first line was signed with: put there since, it vouches for nothing
+    line = _open_start(data, key, run.state.steps)
+    if line is None:
+        return False
+    # Only what can be checked is kept (the line may be anyone's): object ids, a message, a version.
+    body: dict[str, Any] = {"step": line["step"], "message": str(line.get("message"))[:2000],
+                            "time": line.get("time") if isinstance(line.get("time"), (int, float)) else None}
+    for name in ("tree", "measured"):
+        body[name] = line[name] if isinstance(line.get(name), str) and _OBJECT_ID.fullmatch(line[name]) else None
+    best_before = line.get("best_before")
+    body["best_before"] = best_before if isinstance(best_before, int) and 0 <= best_before < len(
+        run.state.versions) else run.state.best
+    notes.append(_record_interrupted(run, body, [], f"{KILLED}, and its journal ({run.paths.journal.name}) was "
+                                                    "deleted: the draws it had are not known (logs/ may hold them)"))
+    return True
 
 
 def _finish_accepted(run: Run, journal: dict[str, Any], notes: list[str]) -> None:
@@ -625,6 +748,8 @@ def recover(run: Run) -> list[str]:
     _restore_commits(run, notes)
     if interrupted:
         _check_locked(run)
+    if _finish_started_line(run, notes):
+        _check_locked(run)
     repaired = run.lineage.set_tags(_tags(state))
     if repaired:
         notes.append(f"restored tags from the record: {', '.join(repaired)}")
@@ -649,15 +774,25 @@ def restore_record(run: Run) -> list[str]:
         _clean_scratch(run.paths)
         _regain_run_folders(run.paths, notes)
         recreated = _regain_git_dir(run, notes)
+        steps, damage = state.steps, _tail_damage(run.paths, state)  # before the heal sets a torn tail aside
         notes += heal_trajectory(run.paths, state)
         if run.paths.journal.exists():
             _finish_journal(run, notes)
+        run.checked = None  # the trajectory as it is now (what an earlier check read may predate the journal's record)
+        _finish_started_line(run, notes)
         if not (run.paths.backup / "HEAD").exists():
             run.lineage.backup(run.paths.backup, state.versions[-1].sha)
             notes.append("avo's private backup was missing; re-created it from work/.git, which the agent "
                          "can write: check `git log` there before trusting this run")
-        changed = rebuild_record(run.paths, state)
+        changed = rebuild_record(run.paths, state)  # its `recovered` record names the damage first
         run.state = state = load_state(run.paths)
+        if damage is not None and state.steps == steps:
+            # What this repair dropped could be the start of a submit whose draws were seen (a kill,
+            # then its start line cut or broken): it costs the step the kill would have.
+            body = {"step": steps + 1, "message": "(unknown: the trajectory's end was damaged)", "tree": None,
+                    "measured": None, "best_before": state.best}
+            notes.append(_record_interrupted(run, body, [], f"the trajectory's end was damaged after step {steps} "
+                                                            f"({damage}): a submit may have begun there"))
         _restore_commits(run, notes)
         if recreated or run.lineage.head() != state.best_version.sha:
             run.lineage.move_branch(state.best_version.sha)  # the files in work/ stay: the candidate
@@ -949,7 +1084,7 @@ def evaluate_work(run: Run, *, quick: bool = False, executor: str | None = None,
     """
     with run_lock(run.paths):
         run.state = _locked_state(run)
-        recover(run)
+        recovered = recover(run)  # said with the result (a killed submit it recorded as a step, say)
         check_integrity(run)
         check_work_limits(run.paths.work, run.state.target.work_limits)
         tree = run.lineage.snapshot_tree()
@@ -962,7 +1097,7 @@ def evaluate_work(run: Run, *, quick: bool = False, executor: str | None = None,
         g = None
         if evaluation.scalar is not None and not screening:
             g = gain(evaluation.scalar, best.scalar, run.state.target.direction)
-        warning = "; ".join(filter(None, [_nondeterminism(run, code, evaluation, screening),
+        warning = "; ".join(filter(None, [*recovered, _nondeterminism(run, code, evaluation, screening),
                                          *ignored_settings(run.state.target)])) or None
         diff = _archive_evaluated(run, n, tree, code, evaluation)
         run.state.evaluations = n
@@ -1022,14 +1157,14 @@ def _check_can_step(state: RunState) -> None:
         )
 
 
-def _confirm_runs(run: Run, tree: str, measured: list[Evaluation], drawn: list[Evaluation]
+def _confirm_runs(run: Run, tree: str, measured: list[Evaluation], drawn: Callable[[Evaluation], None]
                   ) -> tuple[list[Evaluation], list[Evaluation], list[str]]:
     """Re-measure candidate and best alternately; failures of either abort the confirmation.
 
     ``measured``: the candidate's evaluations so far (they count with its re-measurements).
     Returns the candidate's draws (each with the secret it drew its inputs with, so ``avo
     verify`` can replay every draw the median came from), the best's draws, and the errors.
-    ``drawn`` receives each draw as it is finished (see :func:`_run_jobs`).
+    ``drawn`` is called with each draw as it is finished (see :func:`_run_jobs`).
 
     With room on the executor the pairs run at the same time, each best next to its
     candidate on the same resource shape, so drift still hits both alike.
@@ -1080,9 +1215,10 @@ class _Judgement:
     medians: Medians | None = None  # after a confirmation: both sides' per-config figures at their medians
 
 
-def _judge(run: Run, tree: str, step: int, say: Callable[[str], None], drawn: list[Evaluation]) -> _Judgement:
+def _judge(run: Run, tree: str, step: int, say: Callable[[str], None],
+           drawn: Callable[[Evaluation], None]) -> _Judgement:
     """Measure the candidate ``tree`` (more than once near or inside the noise band) and apply the
-    commit policy against the best; ``drawn`` receives every draw as it is finished."""
+    commit policy against the best; ``drawn`` is called with every draw as it is finished."""
     from avo.draws import at_median, draw_record
 
     state = run.state
@@ -1210,28 +1346,114 @@ def _unused_name(path: Path) -> Path:
     return free
 
 
-def _record_aborted(run: Run, step: int, message: str, code: str, diff: str, drawn: list[Evaluation],
-                    error: str, migrant: Migrant | None) -> str:
-    """Record a submit whose evaluation was refused before its decision (the evaluator changed
-    meanwhile): an attempt that used no step, with the draws it had and its diff. Nothing else
-    changes (no step, no reset: work/ keeps the candidate, and nothing more is evaluated); the
-    caller raises the refusal again. Returns the sentence that says so, for its message."""
-    from avo.draws import draw_record
+STARTED = "submit_started"  # the trajectory's kind for a submit whose evaluation has begun
+NOT_RUN = "submit_not_run"  # ... and for one whose first job was refused before it ran anything
 
-    paths, state = run.paths, run.state
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = _unused_name(paths.rejected / f"aborted-{stamp}-after-step{step - 1:04d}.diff")
-    header = f"# submit aborted after step {step - 1} (not decided, no step used): {message}".replace("\n", " ")
-    write_json_atomic(path, header + "\n# " + " ".join(error.split()) + "\n" + diff, sync="file", own=1)
+
+class _Started:
+    """A submit whose evaluation has begun: from here it ends as a step, whatever ends it.
+
+    Its start is a signed trajectory line (kind :data:`STARTED`) and its journal (kind
+    ``started``) is rewritten, signed, after each draw, so a submit killed before its decision
+    (to draw again, hoping for luck) is recorded by the next command as a step, interrupted,
+    with the draws it had. Until 2026-12-06 it left nothing but its logs, and an unchanged
+    candidate was accepted at +19.85 % after 40 kills (docs/SECURITY.md, round eight).
+    """
+
+    def __init__(self, run: Run, body: dict[str, Any]) -> None:
+        self.run, self.body = run, body
+        self.draws: list[dict[str, Any]] = []
+        # Its usage is counted once, by the record that ends the step (spend adds up every "usage").
+        line = {key: value for key, value in body.items() if key != "usage"}
+        append_trajectory(run.paths, {"kind": STARTED, "id": f"started{body['step']}", **line})
+        _write_journal(run.paths, {"kind": "started", **body, "draws": []}, synced=False)
+
+    def cancel(self, why: str) -> None:
+        """Settle a start whose first job was refused before it ran anything (its sandbox cannot
+        start on that machine, its evaluator differs from the record): no step, nothing measured."""
+        append_trajectory(self.run.paths, {"kind": NOT_RUN, "id": f"not-run{self.body['step']}",
+                                           "step": self.body["step"], "error": why})
+        self.run.paths.journal.unlink(missing_ok=True)
+
+    def draw(self, ev: Evaluation) -> None:
+        """Keep ``ev`` in the journal (the draws a killed submit had are its record's)."""
+        from avo.draws import draw_record
+
+        self.draws.append(draw_record(ev))
+        _write_journal(self.run.paths, {"kind": "started", **self.body, "draws": self.draws}, synced=False)
+
+
+def _count_step(state: RunState, step: int, usage: dict[str, Any] | None) -> None:
+    """What every step moves, whatever its outcome."""
+    state.steps = step
+    state.evaluations += 1
+    _usage_add(state, usage)
+    if state.supervisor.redirect_step is not None and state.supervisor.redirect_step <= step:
+        state.supervisor.pending_redirect = None
+        state.supervisor.redirect_step = None
+
+
+def _count_not_accepted(state: RunState, step: int, outcome: str, fingerprint: str) -> None:
+    """What a rejected or failed step moves (the counters the supervisor watches)."""
+    state.failures_in_row = state.failures_in_row + 1 if outcome == "failed" else 0
+    state.steps_since_best += 1
+    _update_supervisor(state, fingerprint, outcome)
+    state.rejected_fingerprints.setdefault(fingerprint, step)
+
+
+def _record_interrupted(run: Run, body: dict[str, Any], draws: list[dict[str, Any]], why: str) -> str:
+    """Record a submit that ended before its decision as step ``body["step"]``, interrupted.
+
+    It used a step (its draws were seen: a kill must cost what a rejection costs) and counts
+    for nothing else: no decision, no re-measurement of the best, no failure. Its diff goes to
+    rejected/; work/ keeps the candidate (a reset would destroy edits made since). Returns the
+    sentence that says so, for the caller's message.
+    """
+    paths, state, lineage = run.paths, run.state, run.lineage
+    step = body["step"]
+    best_before = body.get("best_before")
+    base = state.versions[best_before].sha if isinstance(best_before, int) and 0 <= best_before < len(
+        state.versions) else state.best_version.sha
+    header = f"# step {step} interrupted before its decision: {body.get('message')}\n# {' '.join(why.split())}\n"
+    measured = body.get("measured")
+    try:
+        if not (isinstance(measured, str) and _OBJECT_ID.fullmatch(measured)):
+            raise AvoError("no tree")  # a git argument, never anything but an object id
+        diff = lineage.diff(base, measured)
+    except AvoError:  # its snapshot is gone from work/.git (pruned): work/ still holds the candidate
+        diff = ""
+        header += "# the measured tree is gone from work/.git; work/ keeps the candidate\n"
+    path = _unused_name(paths.rejected / f"step{step:04d}-interrupted.diff")
+    write_json_atomic(path, header + diff, sync="file", own=1)
     record: dict[str, Any] = {
-        "kind": "aborted", "id": f"aborted-{stamp}", "step": step, "message": message, "tree": code,
-        "best_before": state.best, "error": error, "draws": [draw_record(e) for e in drawn],
-        "diff": str(path.relative_to(paths.root)), "sandbox": state.sandbox}
-    if migrant is not None:
-        record["migrant"] = migrant.origin.model_dump()
+        "kind": "submit", "id": f"step{step}", "step": step, "outcome": "interrupted",
+        "message": body.get("message"), "tree": body.get("tree"), "scalar": None, "metrics": {},
+        "error": why, "notes": None, "best_before": best_before, "reason": why,
+        "wall_s": round(sum(d.get("wall_s") or 0.0 for d in draws), 3),
+        "log": draws[0].get("log") if draws else None, "draws": draws,
+        "fingerprint": diff_fingerprint(diff) if diff else None, "sandbox": state.sandbox, "new_best": False,
+        "diff": str(path.relative_to(paths.root))}
+    for key in ("migrant", "usage"):
+        if body.get(key):
+            record[key] = body[key]
+    since = body.get("time")
+    if isinstance(since, (int, float)) and paths.logs.is_dir():
+        # A draw that finished as the submit was killed is in its log before the journal has it:
+        # name every log written since the start (the agent's to edit, so for reading only).
+        record["logs"] = sorted(p.name for p in paths.logs.iterdir()
+                                if p.is_file() and not p.is_symlink() and p.stat().st_mtime >= since - 1)[:50]
+    was_due = state.supervisor.due
+    _count_step(state, step, body.get("usage") if isinstance(body.get("usage"), dict) else None)
+    state.steps_since_best += 1  # no failure (failures_in_row stays), no rejected diff to repeat
+    _update_supervisor(state, None, "interrupted")
+    save_state(paths, state)
     append_trajectory(paths, record)
-    return (f"the submit was aborted before its decision and recorded as an attempt that used no step, with the "
-            f"{len(drawn)} draw(s) it had ({record['diff']}; `avo log --attempts`); work/ keeps the candidate")
+    paths.journal.unlink(missing_ok=True)
+    if state.supervisor.due and not was_due:
+        append_trajectory(paths, {"kind": "supervisor_due", "step": step, "reason": state.supervisor.reason})
+    return (f"step {step} is recorded as interrupted, with the {len(draws)} draw(s) it had and its diff "
+            f"({record['diff']}; `avo log --attempts`): a submit that began its evaluation uses its step "
+            "however it ends; work/ keeps the candidate")
 
 
 def kept_files_folder(diff_path: Path) -> Path:
@@ -1315,26 +1537,32 @@ def submit(
                            "Edit the candidate first (or `avo revert` to discard experiments).")
         step = state.steps + 1
         code = lineage.code_tree(tree)  # what the evaluator sees: the record's name for the candidate
-        drawn: list[Evaluation] = []
+        body: dict[str, Any] = {"step": step, "message": message, "tree": code, "measured": tree,
+                                "best_before": best.n, "time": round(time.time(), 3)}
+        if migrant is not None:
+            body["migrant"] = migrant.origin.model_dump()
+        if extra:
+            body["usage"] = extra
+        started = _Started(run, body)
         try:
-            j = _judge(run, tree, step, say, drawn)
-        except IntegrityError as exc:  # refused (the evaluator changed): the draws it had are recorded, and it stands
-            if not drawn:  # nothing was measured: a refusal like the one before any evaluation, nothing to keep
+            j = _judge(run, tree, step, say, started.draw)
+        except Exception as exc:  # a refused draw, a broken executor: the step is used all the same
+            first = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if isinstance(exc, IntegrityError) and not started.draws:
+                # Only a refused job raises it (avo._finish), before the candidate ran; the first
+                # draw runs alone, so nothing of the candidate was measured or seen.
+                started.cancel(first)
                 raise
-            said = _record_aborted(run, step, message, code, diff, drawn, str(exc), migrant)
-            raise IntegrityError(f"{exc}\n{said}") from exc
+            said = _record_interrupted(run, body, started.draws, f"its evaluation stopped: {first}")
+            if type(exc) in (AvoError, IntegrityError):
+                raise type(exc)(f"{exc}\n{said}") from exc
+            raise AvoError(f"{type(exc).__name__}: {exc}\n{said}") from exc
         evaluation, scalar, accepted, new_best, outcome = j.evaluation, j.scalar, j.accepted, j.new_best, j.outcome
         fingerprint = diff_fingerprint(diff)
         warning = _nondeterminism(run, code, evaluation)
         if warning:
             notes.append(warning)
-
-        state.steps = step
-        state.evaluations += 1
-        _usage_add(state, extra)
-        if state.supervisor.redirect_step is not None and state.supervisor.redirect_step <= step:
-            state.supervisor.pending_redirect = None
-            state.supervisor.redirect_step = None
+        _count_step(state, step, extra)
         record: dict[str, Any] = {
             "kind": "submit", "id": f"step{step}", "step": step, "outcome": outcome, "message": message,
             "tree": code, "scalar": scalar, "metrics": j.metrics,
@@ -1410,10 +1638,7 @@ def submit(
                                             since=signature)
             _write_journal(paths, {"kind": "reject", "step": step, "record": record, "diff_path": str(diff_path),
                                    "measured": tree})
-            state.failures_in_row = state.failures_in_row + 1 if outcome == "failed" else 0
-            state.steps_since_best += 1
-            _update_supervisor(state, fingerprint, outcome)
-            state.rejected_fingerprints.setdefault(fingerprint, step)
+            _count_not_accepted(state, step, outcome, fingerprint)
             save_state(paths, state)  # the commit point
             # Tags stay as recover() left them; work/ untouched since the snapshot (so no migrant's):
             # reset from its index. Not when the snapshot started from another HEAD: its index holds

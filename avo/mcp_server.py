@@ -329,7 +329,7 @@ class AvoTools:
         self,
         run: RunArg = None,
         attempts: Annotated[bool, Field(
-            description="List every attempt (accepted, match, rejected, failed; reverted and aborted ones, "
+            description="List every attempt (accepted, match, rejected, failed, interrupted; reverted ones, "
                         "which use no step, as 'after step K') instead of accepted versions.")
         ] = False,
     ) -> str:

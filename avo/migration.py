@@ -68,7 +68,8 @@ def donor_names(colony: ColonyState, receiver: str) -> list[str]:
 
 
 def offered(records: list[dict[str, Any]], donor: str, version: int) -> bool:
-    return any(r.get("kind") == "submit" and isinstance(r.get("migrant"), dict)
+    """Whether ``donor``'s ``version`` was decided here (an offer interrupted before its decision was not)."""
+    return any(r.get("kind") == "submit" and isinstance(r.get("migrant"), dict) and r.get("outcome") != "interrupted"
                and r["migrant"].get("island") == donor and r["migrant"].get("version") == version for r in records)
 
 

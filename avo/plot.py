@@ -98,7 +98,7 @@ def trajectory_data(run: Run, *, x: str = "version") -> TrajectoryData:
 
     attempts: list[Attempt] = []
     for rec in records:
-        if rec.get("kind") != "submit" or rec.get("outcome") not in ("rejected", "failed"):
+        if rec.get("kind") != "submit" or rec.get("outcome") not in ("rejected", "failed", "interrupted"):
             continue
         step = int(rec.get("step", 0))
         after = max((v.n for v in versions if v.step < step), default=0)

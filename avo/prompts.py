@@ -114,12 +114,13 @@ def _kb_index(run: Run) -> str:
 
 # Every line _is_attempt keeps holds one of these as avo writes it (json.dumps: `": "`); an
 # accepted submit holds none, so a run without rejections is not parsed line by line.
-ATTEMPT_NEEDLES = (b'"outcome": "rejected"', b'"outcome": "failed"', b'"revert"', b'"aborted"')
+ATTEMPT_NEEDLES = (b'"outcome": "rejected"', b'"outcome": "failed"', b'"outcome": "interrupted"', b'"revert"',
+                   b'"aborted"')
 
 
 def _is_attempt(r: dict[str, Any]) -> bool:
-    """An attempt that did not become a version: a rejected or failed submit, a revert with
-    changes, a submit aborted before its decision."""
+    """An attempt that did not become a version: a rejected, failed or interrupted submit, a
+    revert with changes, a submit aborted before its decision (recorded so until 2026-12-06)."""
     return bool((r.get("kind") == "submit" and r.get("outcome") != "accepted")
                 or (r.get("kind") == "revert" and r.get("diff")) or r.get("kind") == "aborted")
 
@@ -138,7 +139,7 @@ def _rejected(records: list[dict[str, Any]], limit: int = MAX_REJECTED, digits: 
             out.append(f"- submit aborted {after_step(r)} (not decided, no step used): {_trim(r.get('message'), 100)}"
                        f" → error: {_trim(r.get('error'), 240)}")
             continue
-        what = f"error: {_trim(r.get('error'), 240)}" if r.get("outcome") == "failed" else (
+        what = f"error: {_trim(r.get('error'), 240)}" if r.get("outcome") in ("failed", "interrupted") else (
             f"scalar {fmt_number(r.get('scalar'), digits)} — {_trim(r.get('reason'), 120)}")
         out.append(f"- step {r['step']} {r['outcome']}: {_trim(r.get('message'), 100)} → {what}"
                    + (f" (diff: {r['diff']})" if r.get("diff") else ""))

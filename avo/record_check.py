@@ -62,7 +62,8 @@ def _in_flight(paths: RunPaths, state: RunState) -> dict[str, Any] | None:
     from avo.run_key import read_verified
 
     journal = read_verified(paths, paths.journal)
-    if journal is None or journal.get("step") not in (state.steps, state.steps + 1):
+    # A started submit writes nothing to the record until its decision's journal replaces this one.
+    if journal is None or journal.get("kind") == "started" or journal.get("step") not in (state.steps, state.steps + 1):
         return None
     return journal
 

@@ -34,7 +34,7 @@ from avo.run_key import LineSignatures, first_line, read_verified, says_signed, 
 from avo.state import RunPaths, RunState, Version
 from avo.terms_compare import terms_differences
 
-FORMAT = 1
+FORMAT = 2  # 2: the fold keeps the steps whose confirmation it counted
 _FIELDS = {"__all__": {"n", "sha", "tree", "scalar", "metrics", "message", "step", "time"}}
 
 
@@ -65,6 +65,7 @@ class Fold:
     due: tuple[int, str] | None = None
     start_seen: bool = False
     start_terms: Any = None
+    confirmed: set[int] = field(default_factory=set)  # the steps whose confirmation was counted
 
     @staticmethod
     def bears_counters(r: dict[str, Any]) -> bool:
@@ -89,6 +90,10 @@ class Fold:
         Callers pass only records whose lines may steer the policy (:class:`avo.run_key.LineSignatures`).
         """
         if r.get("kind") == "submit" and isinstance(r.get("confirm"), dict) and isinstance(r.get("best_before"), int):
+            step = r.get("step")
+            if not isinstance(step, int) or step in self.confirmed:
+                return  # a copy of a step's line counted already (replayed at the end): its draws were made once
+            self.confirmed.add(step)
             self.remeasured.setdefault(r["best_before"], []).extend(r["confirm"].get("best") or [])
         elif r.get("kind") == "supervisor_due":
             self.due = (n, str(r.get("reason")))
@@ -103,14 +108,15 @@ class Fold:
         return {"accepted": sorted(self.accepted), "excused": sorted(self.excused), "max_step": self.max_step,
                 "remeasured": {str(k): v for k, v in sorted(self.remeasured.items())},
                 "due": list(self.due) if self.due else None, "start_seen": self.start_seen,
-                "start_terms": self.start_terms}
+                "start_terms": self.start_terms, "confirmed": sorted(self.confirmed)}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Fold:
         due = d.get("due")
         return cls(set(d["accepted"]), set(d["excused"]), int(d["max_step"]),
                    {int(k): list(v) for k, v in d["remeasured"].items()},
-                   (int(due[0]), str(due[1])) if due else None, bool(d["start_seen"]), d.get("start_terms"))
+                   (int(due[0]), str(due[1])) if due else None, bool(d["start_seen"]), d.get("start_terms"),
+                   {int(x) for x in d["confirmed"]})
 
 
 @dataclass

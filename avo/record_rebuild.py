@@ -136,24 +136,21 @@ def _restore_terms(paths: RunPaths, state: RunState) -> list[str]:
 
 
 def _restore_counters(paths: RunPaths, state: RunState) -> list[str]:
-    """Re-measurements and the supervisor's due state, as the trajectory records them."""
-    remeasured: dict[int, list[float]] = {}
-    due: str | None = None
+    """Re-measurements and the supervisor's due state, as the trajectory records them (folded as
+    the record check folds them)."""
     # The lines the record check skips: broken ones (set aside now or before). Not every line a
     # `recovered` record names: that record may be the agent's, naming an intact line of avo's.
     report = verify(trajectory_bytes(paths), state.chain)
     lines, records = report.lines, report.records
     signatures = LineSignatures(paths, lines[0] if lines else None, started_signed(records))
+    fold = Fold()
     for n, r in enumerate(records, 1):
         if r is None or n in report.problems or n in report.flagged or \
                 not Fold.may_count(r, lines[n - 1], signatures):
             continue  # broken, or a line avo did not sign claiming counters
-        if r.get("kind") == "submit" and isinstance(r.get("confirm"), dict) and isinstance(r.get("best_before"), int):
-            remeasured.setdefault(r["best_before"], []).extend(r["confirm"].get("best") or [])
-        elif r.get("kind") == "supervisor_due":
-            due = str(r.get("reason"))
-        elif r.get("kind") == "supervisor_record":
-            due = None
+        fold.counters(n, r)
+    remeasured = fold.remeasured
+    due = fold.due[1] if fold.due else None
     notes = []
     remeasured = {k: v for k, v in remeasured.items() if v}
     if {k: v for k, v in state.remeasured.items() if v} != remeasured:

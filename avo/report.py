@@ -188,12 +188,12 @@ def _archived(run: Run, rel: Any) -> str:
 
 
 def _attempts(run: Run, records: list[dict[str, Any]]) -> str:
-    parts = ['<section id="attempts"><h2>Rejected, failed, reverted and aborted attempts</h2>']
+    parts = ['<section id="attempts"><h2>Rejected, failed, interrupted, reverted and aborted attempts</h2>']
     d = display_digits(run.state)
     shown = 0
     for rec in records:
         kind = rec.get("kind")
-        if kind == "submit" and rec.get("outcome") in ("rejected", "failed"):
+        if kind == "submit" and rec.get("outcome") in ("rejected", "failed", "interrupted"):
             outcome = str(rec["outcome"])
             score = "" if rec.get("scalar") is None else f" — scalar {_num(rec['scalar'], d)}"
             parts.append(f'<h3 class="{_e(outcome)}">step {_e(rec.get("step"))} {_e(outcome)}{_e(score)}</h3>'
@@ -204,6 +204,7 @@ def _attempts(run: Run, records: list[dict[str, Any]]) -> str:
                 parts.append(f'<p class="muted">measured on {_e(_measured_on(rec))}</p>')
             if rec.get("error") and rec.get("error") != rec.get("reason"):
                 parts.append(f'<pre class="failed">{_e(rec["error"])}</pre>')
+            parts.append(_draws_line(rec, d, "measured before it was interrupted"))
             parts.append(_archived(run, rec.get("diff")))
             shown += 1
         elif kind == "revert" and rec.get("diff"):
@@ -227,14 +228,20 @@ def _aborted(run: Run, rec: dict[str, Any], digits: int | None) -> str:
              f"<p>{_e(rec.get('message'))}</p>"]
     if rec.get("error"):
         parts.append(f'<pre class="failed">{_e(rec["error"])}</pre>')
+    parts.append(_draws_line(rec, digits, "measured before it was aborted"))
+    parts.append(_archived(run, rec.get("diff")))
+    return "".join(parts)
+
+
+def _draws_line(rec: dict[str, Any], digits: int | None, said: str) -> str:
+    """The draws a submit that ended before its decision had (its record's ``draws``), or nothing."""
     draws = rec.get("draws")
     measured = [x for x in draws if isinstance(x, dict) and isinstance(x.get("scalar"), (int, float))] \
         if isinstance(draws, list) else []
-    if measured:
-        parts.append('<p class="muted">measured before it was aborted: ' + _e(", ".join(
-            f"{x.get('label')} {_num(x['scalar'], digits)}" for x in measured)) + "</p>")
-    parts.append(_archived(run, rec.get("diff")))
-    return "".join(parts)
+    if not measured:
+        return ""
+    return f'<p class="muted">{_e(said)}: ' + _e(", ".join(
+        f"{x.get('label')} {_num(x['scalar'], digits)}" for x in measured)) + "</p>"
 
 
 def _supervisor(run: Run) -> str:

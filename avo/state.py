@@ -509,12 +509,34 @@ def heal_trajectory(paths: RunPaths, state: RunState) -> list[str]:
         if head is not None and 0 < head.count < done.count:  # rare: only then is the file split
             lines, _ = split_lines(done.data[:done.end])
             if line_hash(lines[head.count - 1]) == head.sha:
-                new = ChainHead(count=len(lines), sha=line_hash(lines[-1]), end=done.end)
-                _set_head(paths, new)
-                state.chain = new
-                notes.append(f"adopted {len(lines) - head.count} trajectory line(s) written after the last "
-                             "recorded one (a command was killed between its two writes)")
+                n = _chained_past(paths, lines, head.count)
+                if n > head.count:
+                    new = ChainHead(count=n, sha=line_hash(lines[n - 1]), end=sum(len(x) + 1 for x in lines[:n]))
+                    _set_head(paths, new)
+                    state.chain = new
+                    notes.append(f"adopted {n - head.count} trajectory line(s) written after the last "
+                                 "recorded one (a command was killed between its two writes)")
         return notes
+
+
+def _chained_past(paths: RunPaths, lines: list[bytes], count: int) -> int:
+    """How many of ``lines`` the head may move to: past ``count``, only lines that each chain to
+    the line before them and, in a run with a key, that avo signed (a kill between an append and
+    the head's move leaves such lines). A line of the agent's there (a signed line of an earlier
+    step copied to the end: its counters, re-measurements of the best, counted twice) is left
+    for the record check to name."""
+    from avo.run_key import line_signed, run_key  # (it imports this module)
+
+    key = run_key(paths, create=False)
+    n = count
+    while n < len(lines):
+        record = parse(lines[n])
+        if record is None or record.get("prev") != line_hash(lines[n - 1]):
+            break
+        if key is not None and line_signed(key, lines[n]) is not True:
+            break
+        n += 1
+    return n
 
 
 _RECOVERED_MARK = b'"recovered"'  # in every line that can set lines aside (chain.RECOVERED)

@@ -144,8 +144,11 @@ def interrupted_submit_line(run: Run, steps_before: int) -> str:
         record = journal.get("record") if journal is not None else None
         if not isinstance(record, dict) or record.get("step") != step:
             if load_state(run.paths, validate=False).steps < step:
-                return (f"interrupted before step {step}'s decision: nothing was recorded, and work/ keeps "
-                        "the candidate")
+                draws = journal.get("draws") if journal is not None and journal.get("step") == step else None
+                had = f"the {len(draws)} draw(s) it had" if isinstance(draws, list) else "what it had measured"
+                return (f"interrupted before step {step}'s decision: the next avo command records step {step} as "
+                        f"interrupted, with {had} (a submit that began its evaluation uses its step however "
+                        "it ends); work/ keeps the candidate")
             record = next((r for r in reversed(read_trajectory(run.paths))
                            if r.get("kind") == "submit" and r.get("step") == step), None)
             done = "was recorded"
@@ -186,11 +189,22 @@ def work_dirty(run: Run) -> bool | None:
         return None
 
 
+def _killed_step(run: Run) -> int | None:
+    """The step of a submit killed during its evaluation, which the next command records (or ``None``)."""
+    from avo.run_key import read_verified
+
+    journal = read_verified(run.paths, run.paths.journal) if run.paths.journal.exists() else None
+    if journal is None or journal.get("kind") != "started" or journal.get("step") != run.state.steps + 1:
+        return None
+    return run.state.steps + 1
+
+
 def status_dict(run: Run, dirty: bool | None) -> dict[str, Any]:
     """Where the run stands, as data (``avo status --json``)."""
     from avo.state import run_busy
 
     s = run.state
+    busy = run_busy(run.paths)
     best, seed = s.best_version, s.seed_version
     return {
         "run": s.id,
@@ -211,7 +225,8 @@ def status_dict(run: Run, dirty: bool | None) -> dict[str, Any]:
         "supervisor": {"due": s.supervisor.due, "reason": s.supervisor.reason,
                        "redirect_pending": s.supervisor.pending_redirect is not None},
         "work_dirty": dirty,
-        "busy": run_busy(run.paths),
+        "busy": busy,
+        "killed_step": None if busy else _killed_step(run),
         "quick": s.options.quick,
         "origin": s.origin,
         "usage": s.usage,
@@ -246,6 +261,9 @@ def status_lines(data: dict[str, Any]) -> list[str]:
         lines.append(f"  SUPERVISOR DUE: {sup['reason']}")
     elif sup["redirect_pending"]:
         lines.append("  a supervisor redirect is pending for the next step")
+    if data.get("killed_step"):
+        lines.append(f"  the submit of step {data['killed_step']} was killed during its evaluation: the next avo "
+                     "command records it as interrupted (its step is used)")
     if data.get("busy"):
         # A submit's confirmation takes minutes; "submit or revert them" would be wrong advice then.
         lines.append("  an avo command is working on this run now (a submit and its re-measurements, or a revert); "
@@ -258,9 +276,10 @@ def status_lines(data: dict[str, Any]) -> list[str]:
 def attempt_lines(records: list[dict[str, Any]], digits: int | None = None) -> list[str]:
     """Every attempt from the trajectory, one line each (``avo log --attempts``).
 
-    Columns: step, outcome (accepted, match, rejected or failed), the version it became, its
-    scalar (or the error), and the message. A revert and an aborted submit used no step: their
-    lines say which step they came after (``after step 0: reverted, no step used — ...``).
+    Columns: step, outcome (accepted, match, rejected, failed or interrupted), the version it
+    became, its scalar (or the error), and the message. A revert used no step (nor did a submit
+    aborted before 2026-12-06): their lines say which step they came after (``after step 0:
+    reverted, no step used — ...``).
     """
     from avo.attempts import after_step
 

@@ -279,9 +279,10 @@ def test_ctrl_c_during_the_evaluation_is_recorded_and_nothing_is_lost(tmp_path: 
     assert proc.returncode == 130, stderr
     run = open_run(None, runs_root)
     records = read_trajectory(run.paths)
-    interrupted = [r for r in records if r["kind"] == "interrupted"]
-    assert [(r["attempt"], r["phase"]) for r in interrupted] == [(1, "submit")]
-    assert run.state.steps == 0 and [v.n for v in run.state.versions] == [0]
+    # The submit had begun its evaluation: its step is used, recorded as interrupted.
+    assert [(r["step"], r["outcome"]) for r in records if r["kind"] == "submit"] == [(1, "interrupted")]
+    assert not [r for r in records if r["kind"] == "interrupted"]
+    assert run.state.steps == 1 and [v.n for v in run.state.versions] == [0]
     assert not (run.paths.private / "child.pid").exists()
     assert "X = 1.0" in (run.paths.work / "solution.py").read_text()
     assert "+X = 5.5" in next(run.paths.rejected.glob("reverted-*.diff")).read_text()

@@ -606,14 +606,18 @@ def test_sigkill_during_a_migrants_evaluation_loses_nothing(tmp_path: Path, toy:
     assert "Y = 2.0" in (two / "work" / "solution.py").read_text() and "X = 1.0" in (
         two / "work" / "solution.py").read_text()  # work/ was never touched by the migrant
     assert not run.lineage.is_dirty(run.state.best_version.sha)
-    # The next submit on island-2 goes on as usual and the migrant is offered again (it was never decided).
+    # The next submit on island-2 records the killed one (a step used, interrupted), goes on as
+    # usual, and the migrant is offered again (it was never decided).
     set_constants(two / "work", y=3.0)
     res = _avo(["submit", "--run", str(two), "-m", "Y to 3"], env)
     assert res.returncode == 0, res.stderr
+    assert "step 2 is recorded as interrupted" in res.stdout
     assert "ACCEPTED as v2" in res.stdout and f"{colony.name}/island-1 v1 arrived" in res.stdout
     run = open_run(two, colony)
-    assert [r.get("migrant", {}).get("island") for r in read_trajectory(run.paths) if r.get("kind") == "submit"] \
-        == [None, None, "island-1"]
+    rows = [(r.get("migrant", {}).get("island"), r["outcome"]) for r in read_trajectory(run.paths)
+            if r.get("kind") == "submit"]
+    assert rows[:3] == [(None, "accepted"), ("island-1", "interrupted"), (None, "accepted")]
+    assert rows[3][0] == "island-1" and rows[3][1] in ("accepted", "rejected") and len(rows) == 4
     assert not _processes_naming(two)  # the killed submit's hanging evaluator is gone
 
 

@@ -220,8 +220,9 @@ offer(open_run(colony / "island-2", colony))
 def test_a_kill_after_the_migrants_checkout_does_not_wedge_the_islands_loop(
         tmp_path: Path, toy: Path, runs_root: Path, core_plugins: None) -> None:
     """A SIGKILL after work/ took an accepted migrant and before run.json did leaves the
-    migrant's files in work/, uncommitted; the migration is due again at the next step, and
-    the island's unattended loop must go on (not stop on "work/ holds an unsubmitted candidate")."""
+    migrant's files in work/, uncommitted, and its step used (interrupted); the migration is due
+    again at the next step, and the island's unattended loop must go on (not stop on "work/
+    holds an unsubmitted candidate")."""
     colony = _start(toy, runs_root)
     set_constants(_island(colony, 1).paths.work, x=4.0)
     submit(_island(colony, 1), "X to 4")
@@ -233,10 +234,13 @@ def test_a_kill_after_the_migrants_checkout_does_not_wedge_the_islands_loop(
                             text=True, timeout=120)
     assert killed.returncode == -9, killed.stderr
     assert "X = 4.0" in (colony / "island-2" / "work" / "solution.py").read_text()
-    done = _evolve_island(tmp_path, colony / "island-2", 2)
+    done = _evolve_island(tmp_path, colony / "island-2", 3)
     assert done.returncode == 0, done.stdout + done.stderr
     two = _island(colony, 2)
-    assert two.state.steps == 2 and two.state.best_version.scalar > two.state.versions[1].scalar
+    outcomes = [(r["step"], r["outcome"], bool(r.get("migrant"))) for r in read_trajectory(two.paths)
+                if r.get("kind") == "submit"]
+    assert outcomes[:2] == [(1, "accepted", False), (2, "interrupted", True)]
+    assert two.state.steps == 3 and two.state.best_version.scalar > two.state.versions[1].scalar
     assert list(two.paths.rejected.glob("reverted-*.diff"))  # the half-taken migrant was archived, not lost
 
 

@@ -322,10 +322,12 @@ def test_a_confirmed_version_records_the_metrics_of_its_median(
         assert min(d["metrics"][bank] for d in middle) <= value <= max(d["metrics"][bank] for d in middle)
 
 
-def test_a_submit_aborted_by_a_changed_evaluator_is_recorded_with_its_draws(
+def test_a_submit_stopped_by_a_changed_evaluator_uses_its_step_and_keeps_its_draws(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runs_root: Path, core_plugins: None) -> None:
     # An edit of the installed evaluator during a confirmation rightly refuses the next draw; the
     # submit recorded nothing, its first draw and the finished pair only in logs/ (game2048 run 3).
+    # Then (until 2026-12-06) an attempt that used no step: an agent that touched the evaluator
+    # whenever a first draw disappointed, and put it back, drew again for free.
     from typer.testing import CliRunner
 
     from avo.cli.app import app
@@ -340,26 +342,28 @@ def test_a_submit_aborted_by_a_changed_evaluator_is_recorded_with_its_draws(
     set_model(run.paths.work, 1.02, extra=f"NOISY = 0\nTAMPER = {drawn + 2}\n")
     with pytest.raises(IntegrityError, match="the evaluator changed") as refused:
         submit(run, "2 % better")
-    assert "recorded as an attempt that used no step, with the 3 draw(s) it had" in str(refused.value)
+    assert "step 1 is recorded as interrupted, with the 3 draw(s) it had" in str(refused.value)
     record = read_trajectory(run.paths)[-1]
-    assert record["kind"] == "aborted" and record["step"] == 1 and record["message"] == "2 % better"
+    assert record["kind"] == "submit" and record["outcome"] == "interrupted"
+    assert record["step"] == 1 and record["message"] == "2 % better" and record["scalar"] is None
     assert "the evaluator changed" in record["error"]
     assert [d["label"] for d in record["draws"]] == ["step1", "confirm0-best", "confirm0-cand"]
     assert [d["notes"] for d in record["draws"]] == [f"draw {drawn + k}" for k in range(3)]
     assert all(d["scalar"] is not None and d["metrics"] for d in record["draws"])
     assert "+TAMPER" in (run.paths.root / record["diff"]).read_text()
-    # No step, no decision, no re-measurement of v0 counted; work/ keeps the candidate.
+    # A step used, no decision, no re-measurement of v0 counted; work/ keeps the candidate.
     state = open_run(run.paths.root, runs_root).state
-    assert state.steps == 0 and len(state.versions) == 1 and state.remeasured == {}
+    assert state.steps == 1 and len(state.versions) == 1 and state.remeasured == {}
+    assert state.failures_in_row == 0 and state.steps_since_best == 1
     assert "QUALITY = 1.02" in (run.paths.work / "model.py").read_text()
     lines = CliRunner().invoke(app, ["log", "--attempts", "--run", str(run.paths.root)]).output.splitlines()
-    assert lines[0].startswith("after step 0: submit aborted, no step used — 2 % better: ")
+    assert lines[0].startswith("step   1 interrupted      its evaluation stopped: ") and "2 % better" in lines[0]
     opened = open_run(run.paths.root, runs_root)
-    assert "| after step 0 | aborted | — | not decided, no step used | 2 % better |" in supervisor_brief(opened)
+    assert "| 1 | interrupted | — | its evaluation stopped: " in supervisor_brief(opened)
     page = build_report(opened, plot=False)
-    assert "submit aborted after step 0 (not decided, no step used)" in page
+    assert "step 1 interrupted</h3>" in page
     best = record["draws"][1]["scalar"]  # v0 draws with noise; the candidate (NOISY = 0) scores 102 exactly
-    assert f"measured before it was aborted: step1 102.0, confirm0-best {best:.1f}, confirm0-cand 102.0" in page
+    assert f"measured before it was interrupted: step1 102.0, confirm0-best {best:.1f}, confirm0-cand 102.0" in page
     # The refusal stands: nothing more is evaluated in this run.
     with pytest.raises(IntegrityError, match="evaluator changed"):
         evaluate_work(open_run(run.paths.root, runs_root))

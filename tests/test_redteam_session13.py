@@ -14,7 +14,7 @@ import pytest
 from avo.engine import open_run, recover, start_run, submit
 from avo.errors import AvoError
 from avo.record_check import SCORES_FILE
-from avo.state import load_state, run_lock
+from avo.state import load_state, read_trajectory, run_lock
 from tests.conftest import set_constants
 from tests.test_record_holds import kill_submit_at
 from tests.test_redteam_session6 import _avo
@@ -136,7 +136,7 @@ def test_a_sandbox_that_cannot_start_refuses_the_submit_instead_of_failing_the_c
     run = start_run(str(toy), runs_root)
     assert run.state.sandbox == "bwrap"
     set_constants(run.paths.work, x=5)
-    before = run.paths.run_json.read_bytes()
+    before = load_state(run.paths)
     bin_dir = runs_root.parent / "bin-without-bwrap"
     bin_dir.mkdir()
     git = shutil.which("git")
@@ -153,7 +153,10 @@ def test_a_sandbox_that_cannot_start_refuses_the_submit_instead_of_failing_the_c
     assert proc.returncode == 1, out
     assert "bubblewrap" in out and "FAILED" not in out, out
     assert "X = 5" in (run.paths.work / "solution.py").read_text()
-    assert run.paths.run_json.read_bytes() == before
+    # No step, no evaluation counted: its start is settled on the record as "not run".
+    after = load_state(run.paths)
+    assert after.model_dump(exclude={"chain"}) == before.model_dump(exclude={"chain"})
+    assert [r["kind"] for r in read_trajectory(run.paths)[-2:]] == ["submit_started", "submit_not_run"]
     assert not list(run.paths.rejected.glob("*.diff"))
     assert submit(open_run(run.paths.root, runs_root), "X=5").outcome == "accepted"
 
@@ -227,7 +230,9 @@ main()
                       "command finishes recording it"),
     (0, "after-save", "interrupted after its decision: step 1 rejected: work/ is reset to v0, the candidate's "
                       "diff is in rejected/step0001-rejected.diff"),
-    (5, "during-eval", "interrupted before step 1's decision: nothing was recorded, and work/ keeps the candidate"),
+    (5, "during-eval", "interrupted before step 1's decision: the next avo command records step 1 as interrupted, "
+                       "with the 0 draw(s) it had (a submit that began its evaluation uses its step however it "
+                       "ends); work/ keeps the candidate"),
 ])
 def test_ctrl_c_late_in_a_submit_says_what_was_decided(toy: Path, runs_root: Path, core_plugins: None,
                                                      x: float, point: str, said: str) -> None:
