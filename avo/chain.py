@@ -49,6 +49,11 @@ def parse(line: bytes) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def follows(record: dict[str, Any], before: bytes) -> bool:
+    """Whether ``record`` chains to the line ``before`` it (where avo wrote it, not a copy moved)."""
+    return record.get("prev") == line_hash(before)
+
+
 def link_after(count: int, last_line: bytes) -> dict[str, Any]:
     """``seq`` and ``prev`` for a record appended after ``count`` lines ending with ``last_line``."""
     if not count:

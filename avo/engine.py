@@ -585,7 +585,7 @@ def _open_start(data: bytes, key: bytes | None, steps: int) -> dict[str, Any] | 
     """
     import json
 
-    from avo.chain import line_hash
+    from avo.chain import follows
     from avo.run_key import line_signed
 
     end = len(data)
@@ -606,10 +606,10 @@ def _open_start(data: bytes, key: bytes | None, steps: int) -> dict[str, Any] | 
         # This step settled, or an earlier one recorded (no start of this step before it): a line
         # avo signed, where avo wrote it (one of an earlier step copied to the end chains to its
         # old neighbour, not to the line before it here).
-        if kind in ("submit", NOT_RUN) and isinstance(step, int) and step <= steps + 1 and line_signed(key, line):
-            before = data[data.rfind(b"\n", 0, start - 1) + 1:start].rstrip(b"\n") if start else None
-            if before is not None and record.get("prev") == line_hash(before):
-                return None
+        settles = kind in ("submit", NOT_RUN) and isinstance(step, int) and step <= steps + 1
+        before = data[data.rfind(b"\n", 0, start - 1) + 1:start] if start else None
+        if settles and before is not None and line_signed(key, line) and follows(record, before):
+            return None
     return None
 
 
@@ -1366,7 +1366,7 @@ class _Started:
         # Its usage is counted once, by the record that ends the step (spend adds up every "usage").
         line = {key: value for key, value in body.items() if key != "usage"}
         append_trajectory(run.paths, {"kind": STARTED, "id": f"started{body['step']}", **line})
-        _write_journal(run.paths, {"kind": "started", **body, "draws": []}, synced=False)
+        self._save()
 
     def cancel(self, why: str) -> None:
         """Settle a start whose first job was refused before it ran anything (its sandbox cannot
@@ -1380,6 +1380,9 @@ class _Started:
         from avo.draws import draw_record
 
         self.draws.append(draw_record(ev))
+        self._save()
+
+    def _save(self) -> None:
         _write_journal(self.run.paths, {"kind": "started", **self.body, "draws": self.draws}, synced=False)
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import from_json, to_json
 
-from avo.chain import ChainHead, acknowledged, line_hash, link_after, parse, split_lines
+from avo.chain import ChainHead, acknowledged, follows, line_hash, link_after, parse, split_lines
 from avo.errors import AvoError, BlockedError, validation_summary
 from avo.models import NoiseSpec, TargetSpec
 from avo.regular_files import NotRegularFile, open_own, open_regular, write_json_atomic
@@ -531,7 +531,7 @@ def _chained_past(paths: RunPaths, lines: list[bytes], count: int) -> int:
     n = count
     while n < len(lines):
         record = parse(lines[n])
-        if record is None or record.get("prev") != line_hash(lines[n - 1]):
+        if record is None or not follows(record, lines[n - 1]):
             break
         if key is not None and line_signed(key, lines[n]) is not True:
             break
