@@ -618,11 +618,11 @@ def _tail_damage(paths: RunPaths, state: RunState) -> str | None:
     killed submit's start line would be): lines cut from the end, a torn last line, a line broken
     or edited there. ``None``: nothing there is lost."""
     from avo.chain import split_lines, verify
-    from avo.run_key import line_signed, run_key
+    from avo.run_key import line_signed, run_key, trajectory_signatures
 
     data = trajectory_bytes(paths)
     lines, torn = split_lines(data)
-    report = verify(data, state.chain)
+    report = verify(data, state.chain, trajectory_signatures(paths, data).counts)
     if report.head_problem and state.chain is not None and state.chain.count > len(lines):
         return report.head_problem
     key = run_key(paths, create=False)

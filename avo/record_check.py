@@ -21,7 +21,7 @@ from avo.errors import RecordError
 from avo.lineage import BRANCH, META_DIR, blob_id, commit_message, object_ids, read_commits, read_object, ref_of
 from avo.record_checkpoint import Fold  # the incremental check folds the same counters
 from avo.record_format import parse_trailers, scores_file, scores_line, terms, terms_digest
-from avo.run_key import LineSignatures, started_signed
+from avo.run_key import LineSignatures, trajectory_signatures
 from avo.state import RunPaths, RunState, Version, load_state, read_trajectory, trajectory_bytes
 from avo.terms_compare import terms_differences
 
@@ -210,8 +210,9 @@ class TrajectoryFindings:
 
 def trajectory_findings(paths: RunPaths, state: RunState, locked: bool, data: bytes) -> TrajectoryFindings:
     """Check the trajectory's chain (``data``, its bytes) and its accepted steps against run.json's versions."""
-    report = verify(data, state.chain)
-    found = TrajectoryFindings(dict(report.problems), data=data, report=report)
+    signatures = trajectory_signatures(paths, data)
+    report = verify(data, state.chain, signatures.counts)
+    found = TrajectoryFindings(dict(report.problems), data=data, report=report, signatures=signatures)
     if report.head_problem:
         found.other.append(f"trajectory.jsonl: {report.head_problem}")
     head = state.chain.count if state.chain is not None else len(report.lines)
@@ -222,8 +223,6 @@ def trajectory_findings(paths: RunPaths, state: RunState, locked: bool, data: by
     max_step = 0
     versions = state.versions
     set_aside = acknowledged(report.records)  # lines `avo recover` set aside, by the hash they had then
-    signatures = found.signatures = LineSignatures(paths, report.lines[0] if report.lines else None,
-                                                   started_signed(report.records))
     for n, r in enumerate(report.records, 1):
         if r is None or n in report.flagged or n in report.problems:
             continue

@@ -20,7 +20,7 @@ from avo.models import TargetSpec
 from avo.record_check import SCORES_FILE, started_terms, trajectory_findings
 from avo.record_checkpoint import Fold
 from avo.record_format import parse_trailers, terms
-from avo.run_key import LineSignatures, started_signed
+from avo.run_key import trajectory_signatures
 from avo.state import (
     RunOptions,
     RunPaths,
@@ -140,9 +140,10 @@ def _restore_counters(paths: RunPaths, state: RunState) -> list[str]:
     the record check folds them)."""
     # The lines the record check skips: broken ones (set aside now or before). Not every line a
     # `recovered` record names: that record may be the agent's, naming an intact line of avo's.
-    report = verify(trajectory_bytes(paths), state.chain)
+    data = trajectory_bytes(paths)
+    signatures = trajectory_signatures(paths, data)
+    report = verify(data, state.chain, signatures.counts)
     lines, records = report.lines, report.records
-    signatures = LineSignatures(paths, lines[0] if lines else None, started_signed(records))
     fold = Fold()
     for n, r in enumerate(records, 1):
         if r is None or n in report.problems or n in report.flagged or \
@@ -189,5 +190,6 @@ def rebuild_record(paths: RunPaths, state: RunState) -> list[str]:
         count = sum(1 for r in read_trajectory(paths) if r.get("kind") == RECOVERED)
         append_trajectory(paths, {"kind": RECOVERED, "id": f"recovered-{count + 1}", "step": state.steps,
                                   "acknowledged": acknowledged, "unrecorded_versions": found.unrecorded,
-                                  "versions": len(versions), "best": state.best, "notes": notes}, whole=True)
+                                  "versions": len(versions), "best": state.best, "notes": notes}, whole=True,
+                          aside=set(found.report.problems) if found.report else ())
     return notes

@@ -172,6 +172,15 @@ def started_signed(records: Iterable[dict[str, Any] | None]) -> bool:
     return any(r is not None and r.get("kind") == "start" and says_signed(r.get("terms")) for r in records)
 
 
+def trajectory_signatures(paths: RunPaths, data: bytes) -> LineSignatures:
+    """:class:`LineSignatures` of the trajectory ``data``, known before its chain is walked (only
+    the lines that can hold a start record are parsed)."""
+    from avo.chain import parse
+
+    starts = (parse(line) for line in data.split(b"\n") if b'"start"' in line)
+    return LineSignatures(paths, first_line(data), started_signed(starts))
+
+
 def first_line(data: bytes) -> bytes | None:
     """The trajectory's first complete line (``None`` when it has none)."""
     end = data.find(b"\n")

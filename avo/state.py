@@ -11,7 +11,7 @@ import fcntl
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -466,24 +466,33 @@ def _tail_at_head(paths: RunPaths, head: ChainHead | None) -> tuple[int, bytes, 
     return (head.count, last, head.end) if line_hash(last) == head.sha else None
 
 
-def append_trajectory(paths: RunPaths, record: dict[str, Any], *, whole: bool = False) -> None:
+def append_trajectory(paths: RunPaths, record: dict[str, Any], *, whole: bool = False,
+                      aside: Collection[int] = ()) -> None:
     """Append one chained record (flushed and synced), then move run.json's chain head.
 
     Called under the run's lock: the trajectory survives every reset, and a kill between
     the two writes leaves one line past the head, which the next command adopts.
     ``whole``: count the file's lines rather than trust the head (a record being repaired).
+    ``aside``: lines that do not chain where they stand, being set aside (implies ``whole``): the
+    record chains to the last line before those at the file's end, so the chain goes on past them.
     """
     with _record_lock(paths):
         try:
             raw: bytes | None = read_record_file(paths.run_json)
         except FileNotFoundError:
             raw = None
-        tail = None if whole or raw is None else _tail_at_head(paths, _head_in(raw))
+        tail = None if whole or aside or raw is None else _tail_at_head(paths, _head_in(raw))
+        link: tuple[int, bytes] | None = None
         if tail is None:  # torn, lines past the head, no head: the whole file decides
             done, _ = _set_aside_torn(paths, trajectory_bytes(paths))
             tail = done.count, done.last(), done.end
+            kept = done.count
+            while kept in aside:  # a copy appended at the end must not become the chain's next link
+                kept -= 1
+            if kept != done.count:
+                link = kept, split_lines(done.data[:done.end])[0][kept - 1] if kept else b""
         count, last, size = tail
-        record = {"time": round(time.time(), 3), **record, **link_after(count, last)}
+        record = {"time": round(time.time(), 3), **record, **link_after(*(link or (count, last)))}
         from avo.run_key import run_key, sign_line  # (it imports this module)
 
         key = run_key(paths, create=True, first_line=count == 0)
