@@ -10,6 +10,7 @@ instead of refused (and left out of what avo reads back).
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 from collections.abc import Callable
@@ -45,7 +46,7 @@ def split_lines(data: bytes) -> tuple[list[bytes], bytes]:
 def parse(line: bytes) -> dict[str, Any] | None:
     try:
         value = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # a line of 100,000 nested brackets
         return None
     return value if isinstance(value, dict) else None
 
@@ -102,73 +103,108 @@ def _seq(record: dict[str, Any] | None) -> int | None:
 
 
 @dataclass
-class _Lines:
-    """The trajectory's lines as the walk along the chain sees them."""
+class _Walk:
+    """The trajectory's lines as the walk along the chain sees them, and what it found."""
 
     records: list[dict[str, Any] | None]
     hashes: list[str]
-    first: dict[str, int]  # each hash's first line (an exact copy later in the file is named as one)
+    acks: dict[int, str]  # lines a `recovered` record set aside, by the hash they had
+    found: dict[int, str]
+    at: dict[str, list[int]] = field(default_factory=dict)  # each hash's line indexes, ascending
+    on: dict[str, int] = field(default_factory=dict)  # a hash the chain passes through, and where
+    stood: set[int] = field(default_factory=set)  # the line indexes it passes through
+    skipped: dict[int, tuple[int, int]] = field(default_factory=dict)  # index: (line after, line before)
+
+    def __post_init__(self) -> None:
+        for i, h in enumerate(self.hashes):
+            self.at.setdefault(h, []).append(i)
 
     def linked(self, i: int) -> bool:
-        """Whether line index ``i`` is a chained record the walk may stand on."""
         r = self.records[i]
-        return r is not None and "prev" in r and self.first[self.hashes[i]] == i
+        return r is not None and "prev" in r
 
-    def chains(self, i: int, to: int) -> bool:
-        return (self.records[i] or {}).get("prev") == self.hashes[to]
+    def stand(self, i: int) -> None:
+        self.on.setdefault(self.hashes[i], i)
+        self.stood.add(i)
+
+    def before(self, prev: Any, j: int) -> int | None:
+        """The line ``prev`` names, nearest before line index ``j``: of lines alike byte for byte
+        (a copy), one `avo recover` did not set aside (it chained its own record past that one)."""
+        at = self.at.get(prev, []) if isinstance(prev, str) else []
+        below = bisect.bisect_left(at, j)
+        for i in reversed(at[:below]):
+            if self.acks.get(i + 1) != self.hashes[i]:
+                return i
+        return at[below - 1] if below else None
+
+    def name(self, i: int, what: str) -> None:
+        """Name line index ``i``: a copy of a line the chain passes through, else ``what``."""
+        same = self.on.get(self.hashes[i])
+        self.found.setdefault(i + 1, f"is a copy of line {same + 1} (the same bytes)"
+                              if same is not None and same != i else what)
 
 
-def _walk(lines: _Lines, start: int, found: dict[int, str]) -> None:
+def _walk(w: _Walk, start: int, avos: Callable[[bytes], bool], lines: list[bytes]) -> None:
     """Follow ``prev`` back from line index ``start`` (the head's line), naming what the chain
     skips (inserted or copied lines) and where it breaks (an edited or deleted line).
 
     The walk, not each pair of neighbours, decides: a copy of an old line of avo's appended at
     the end does not chain to the line before it, and blaming that line (avo's newest) made
-    `avo recover` set it aside and drop its version.
+    `avo recover` set it aside and drop its version. Where the chain breaks, a link of a line
+    avo signed is its own, so the line before it is the edited one; the walk goes on below that
+    line without following its (edited) link.
     """
-    records, first = lines.records, lines.first
+    records = w.records
     j = start
-    while (r := records[j]) is not None and "prev" in r:  # down to the unchained start of an older run
+    while True:
+        w.stand(j)
+        r = records[j] or {}
+        if "prev" not in r:
+            return  # the unchained start of an older run
         prev = r["prev"]
-        if j == 0:
-            if prev is not None:
-                found.setdefault(1, "was edited or inserted (the first line must chain to nothing)")
+        if prev is None:
+            w.skipped.update(dict.fromkeys(range(j), (j, -1)))  # before the run's first line
             return
-        k = first.get(prev) if prev is not None else None
-        if k is not None and k < j:
-            for m in range(k + 1, j):
-                found.setdefault(m + 1, "was inserted (the line after it chains to the line before it)"
-                                 if j == m + 1 else f"was inserted (line {j + 1} chains past it, to line {k + 1})")
+        k = w.before(prev, j)
+        if k is not None:
+            w.skipped.update(dict.fromkeys(range(k + 1, j), (j, k)))
             j = k
             continue
+        if j == 0:
+            w.found.setdefault(1, "was edited or inserted (the first line must chain to nothing)")
+            return
         seq, before = _seq(r), _seq(records[j - 1])
-        if prev is None:
-            found.setdefault(j + 1, "was edited or inserted (only the first line chains to nothing)")
-        elif seq is not None and before is not None and seq > before + 1:
-            found.setdefault(j + 1, f"follows a gap: {seq - before - 1} line(s) before it were deleted")
-        else:
-            found.setdefault(j, "was edited (the line after it records another hash for it)")
-        j -= 1
-        while j > 0 and not lines.linked(j):  # named already: not JSON, unchained, an exact copy
+        if seq is not None and before is not None and seq > before + 1:
+            w.found.setdefault(j + 1, f"follows a gap: {seq - before - 1} line(s) before it were deleted")
             j -= 1
+        elif not avos(lines[j]):
+            w.found.setdefault(j + 1, "was edited (it chains to no line before it)")
+            j -= 1
+        else:
+            w.found.setdefault(j, "was edited (the line after it records another hash for it)")
+            j -= 2
+        while j > 0 and not w.linked(j):  # named already: not JSON, unchained
+            j -= 1
+        if j < 0 or not w.linked(j):
+            return
 
 
-def _past_head(lines: _Lines, head: int, found: dict[int, str]) -> None:
+def _past_head(w: _Walk, head: int) -> None:
     """Lines after the head's: each must chain to the one before it (a command killed between its
     append and the head's move leaves such lines); any other is a stranger, whatever it copies."""
     last = head
-    for m in range(head + 1, len(lines.records)):
-        if not lines.linked(m):
+    for m in range(head + 1, len(w.records)):
+        if not w.linked(m):
             continue
-        if lines.chains(m, last):
+        if (w.records[m] or {}).get("prev") == w.hashes[last]:
             last = m
+            w.stand(m)
             continue
-        seq, before = _seq(lines.records[m]), _seq(lines.records[last])
+        seq, before = _seq(w.records[m]), _seq(w.records[last])
         older = seq is not None and before is not None and seq <= before
-        found.setdefault(m + 1, f"is out of place: it is numbered {seq}, after line {last + 1} numbered {before} "
-                                "(a copy of an earlier line?)" if older
-                         else f"does not chain to line {last + 1}, the newest link of the chain (appended after it "
-                              "by hand?)")
+        w.name(m, f"is out of place: it is numbered {seq}, after line {last + 1} numbered {before} (a copy of an "
+                  "earlier line?)" if older
+               else f"does not chain to line {last + 1}, the newest link of the chain (appended after it by hand?)")
 
 
 def verify(data: bytes, head: ChainHead | None, counts: Callable[[bytes], bool] | None = None) -> ChainReport:
@@ -185,7 +221,6 @@ def verify(data: bytes, head: ChainHead | None, counts: Callable[[bytes], bool] 
     hashes = [line_hash(line) for line in lines]
     report = ChainReport(lines, records)
     found: dict[int, str] = {}
-    first: dict[str, int] = {}
     chained_from: int | None = None
     for i, r in enumerate(records):
         if r is None:
@@ -195,28 +230,37 @@ def verify(data: bytes, head: ChainHead | None, counts: Callable[[bytes], bool] 
                 found.setdefault(i + 1, "carries no chain hash (inserted, or rewritten without one)")
         elif chained_from is None:
             chained_from = i
-        if hashes[i] in first and r is not None and "prev" in r:
-            found.setdefault(i + 1, f"is a copy of line {first[hashes[i]] + 1} (the same bytes)")
-        first.setdefault(hashes[i], i)
-    walk = _Lines(records, hashes, first)
-    # Where the walk starts: the line run.json's head vouches for (its first copy), else the last.
-    avos = counts or (lambda line: True)
-    vouched = first.get(head.sha) if head is not None and head.count > 0 else None
-    start = vouched if vouched is not None and avos(lines[vouched]) else next(
-        (i for i in range(len(lines) - 1, -1, -1) if walk.linked(i) and avos(lines[i])), None)
-    if start is not None and chained_from is not None and start >= chained_from:
-        _walk(walk, start, found)
-        _past_head(walk, start, found)
-    if head is not None:
-        n = len(lines)
-        if head.count > n:
-            report.head_problem = (f"the last {head.count - n} line(s) were deleted (run.json's record of "
-                                   f"the trajectory ends at line {head.count}, the file at line {n})")
-        elif head.count > 0 and hashes[head.count - 1] != head.sha:
-            found.setdefault(head.count, "was edited (run.json's chain head records another hash for it)")
-    elif chained_from is not None:
-        report.head_problem = "run.json keeps no chain head, yet the trajectory is chained (run.json replaced?)"
     acks = acknowledged(records)
+    w = _Walk(records, hashes, acks, found)
+    avos = counts or (lambda line: True)
+    # Where the walk starts: the line the head vouches for (at its count, else the last of that
+    # hash), if it is avo's and no copy; else the newest such line; else the last chained line.
+    vouched = None
+    if head is not None and 0 < head.count <= len(lines) and hashes[head.count - 1] == head.sha:
+        vouched = head.count - 1
+    elif head is not None and head.sha in w.at:
+        vouched = w.at[head.sha][-1]
+    # A byte-copy of an earlier line whose hash some line chains to is not the newest link,
+    # wherever the head points (a head moved by hand onto a copy appended at the end).
+    links = {r["prev"] for r in records if r is not None and isinstance(r.get("prev"), str)}
+
+    def may_start(i: int) -> bool:
+        return avos(lines[i]) and (w.at[hashes[i]][0] == i or hashes[i] not in links)
+
+    newest = range(len(lines) - 1, -1, -1)
+    start = vouched if vouched is not None and may_start(vouched) else next(
+        (i for i in newest if w.linked(i) and may_start(i)),
+        vouched if vouched is not None else next((i for i in newest if w.linked(i)), None))
+    if start is not None and chained_from is not None and start >= chained_from:
+        _walk(w, start, avos, lines)
+        _past_head(w, start)
+        for m, (after, before) in sorted(w.skipped.items()):
+            if m + 1 in found or m in w.stood:
+                continue
+            alone = after == m + 1 and before == m - 1
+            w.name(m, "was inserted (the line after it chains to the line before it)" if alone
+                   else f"was inserted (line {after + 1} chains past it, to line {before + 1})" if before >= 0
+                   else f"was inserted before the run's first line (line {after + 1})")
     for n, what in found.items():
         if acks.get(n) == hashes[n - 1]:
             report.flagged[n] = what

@@ -583,9 +583,7 @@ def _open_start(data: bytes, key: bytes | None, steps: int) -> dict[str, Any] | 
     line is taken whoever wrote it: one written by hand only costs the run a step (its fields
     are checked before use).
     """
-    import json
-
-    from avo.chain import follows
+    from avo.chain import follows, parse
     from avo.run_key import line_signed
 
     end = len(data)
@@ -595,12 +593,10 @@ def _open_start(data: bytes, key: bytes | None, steps: int) -> dict[str, Any] | 
         end = start
         if not any(k in line for k in (b'"submit"', STARTED.encode(), NOT_RUN.encode())):
             continue
-        try:
-            record = json.loads(line)
-        except ValueError:
+        record = parse(line)
+        if record is None:
             continue
-        kind = record.get("kind") if isinstance(record, dict) else None
-        step = record.get("step") if isinstance(record, dict) else None
+        kind, step = record.get("kind"), record.get("step")
         if kind == STARTED and step == steps + 1:
             return record
         # This step settled, or an earlier one recorded (no start of this step before it): a line

@@ -489,8 +489,8 @@ def append_trajectory(paths: RunPaths, record: dict[str, Any], *, whole: bool = 
             kept = done.count
             while kept in aside:  # a copy appended at the end must not become the chain's next link
                 kept -= 1
-            if kept != done.count:
-                link = kept, split_lines(done.data[:done.end])[0][kept - 1] if kept else b""
+            if 0 < kept != done.count:  # (never chained to nothing: only the run's first line is)
+                link = kept, split_lines(done.data[:done.end])[0][kept - 1]
         count, last, size = tail
         record = {"time": round(time.time(), 3), **record, **link_after(*(link or (count, last)))}
         from avo.run_key import run_key, sign_line  # (it imports this module)
