@@ -1,9 +1,9 @@
-"""The run engine: start, evaluate, submit, revert, recover. One engine for every driver.
+"""The run engine: start, evaluate, submit, revert. One engine for every driver.
 
 Session mode (CLI, MCP) and unattended mode (``avo evolve``) call these same functions, so
 there is one commit policy and one record. Every mutation happens under the run's lock;
 ``run.json`` is the commit point, and a journal lets the next command finish or undo a
-submit that was killed half-way.
+submit that was killed half-way (:mod:`avo.recovery`; what a step writes: :mod:`avo.step_record`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import os
 import re
 import secrets
 import shutil
-import signal
 import stat
 import statistics
 import sys
@@ -29,14 +28,15 @@ from avo.errors import AvoError, BlockedError, IntegrityError
 from avo.eval_inputs import strip_meta
 from avo.evaluation import MALFORMED_BASELINES, MALFORMED_PREFIX, Evaluation, ignored_settings, recorded_settings
 from avo.integrity import compare, hash_tree
-from avo.lineage import META_DIR, CandidateError, Lineage, diff_fingerprint, foreign_git_dir, read_any
+from avo.lineage import META_DIR, CandidateError, Lineage, diff_fingerprint, read_any
 from avo.models import EvalJob, JobResult, TargetSpec, WorkLimits
 from avo.partials import builds_partials
 from avo.policy import confirm, first_look, single_decision
 from avo.prompts import fmt_number
 from avo.record_check import SCORES_FILE, check_record
 from avo.record_format import clean_message, scores_file, scores_line, terms, terms_digest, trailer_lines
-from avo.regular_files import regain_folder, write_json_atomic
+from avo.recovery import recover
+from avo.regular_files import write_json_atomic
 from avo.state import (
     Baseline,
     RunOptions,
@@ -44,7 +44,6 @@ from avo.state import (
     RunState,
     Version,
     append_trajectory,
-    heal_trajectory,
     list_runs,
     load_state,
     parse_state,
@@ -53,8 +52,19 @@ from avo.state import (
     run_json_bytes,
     run_lock,
     save_state,
-    trajectory_bytes,
     validated,
+)
+from avo.step_record import (
+    Started,
+    archive_late_edits,
+    count_not_accepted,
+    count_step,
+    kept_files_folder,
+    record_interrupted,
+    unused_name,
+    update_supervisor,
+    version_tags,
+    write_journal,
 )
 from avo.work_guard import check_work_limits
 
@@ -347,10 +357,6 @@ def _baseline_evaluations(res: JobResult, log_path: Path) -> dict[str, Evaluatio
     return out
 
 
-def _tags(state: RunState) -> dict[str, str]:
-    return {f"v{v.n}": v.sha for v in state.versions}
-
-
 def _commit_message(n: int, message: str, scalar: float, metrics: dict[str, float], target: str,
                     sandbox: str, terms_sha: str | None = None, origin: str = "") -> str:
     # The first line is the subject `git log --oneline` shows; further lines are the body.
@@ -361,13 +367,7 @@ def _commit_message(n: int, message: str, scalar: float, metrics: dict[str, floa
             + trailer_lines(target, scalar, metrics, terms_sha, sandbox=sandbox) + origin)
 
 
-def _usage_add(state: RunState, usage: dict[str, Any] | None) -> None:
-    for key in ("input_tokens", "output_tokens", "cost_usd", "wall_s"):
-        if usage and isinstance(usage.get(key), (int, float)):
-            state.usage[key] = state.usage.get(key, 0) + float(usage[key])
-
-
-# -- opening and recovery ------------------------------------------------------------------
+# -- opening -------------------------------------------------------------------------------
 
 
 def open_run(ref: str | Path | None, runs_root: Path, *, check: bool = True) -> Run:
@@ -395,291 +395,6 @@ def _locked_state(run: Run) -> RunState:
     return parse_state(run.paths, raw) if opened is None or opened != raw else validated(run.paths, run.state)
 
 
-def _kill_orphan_evaluator(paths: RunPaths) -> None:
-    from avo.runner import process_start_time
-
-    pid_file = paths.private / "child.pid"
-    if not pid_file.exists():
-        return
-    try:
-        pid, _, started = pid_file.read_text().strip().partition(" ")
-        now = process_start_time(int(pid))
-        # A live process with that number but another start time is not our evaluator: the
-        # number was handed out again after the evaluator ended. Never kill that group.
-        if not (started and now is not None and now != started):
-            os.killpg(int(pid), signal.SIGKILL)
-    except (ValueError, ProcessLookupError, PermissionError):
-        pass
-    pid_file.unlink(missing_ok=True)
-
-
-def _clean_scratch(paths: RunPaths) -> None:
-    """Under the lock no other command is running: its evaluator and temporary indexes are stale."""
-    _kill_orphan_evaluator(paths)
-    shutil.rmtree(paths.private / "eval", ignore_errors=True)
-    for stale in paths.private.glob("index-*"):
-        stale.unlink(missing_ok=True)
-
-
-def _regain_run_folders(paths: RunPaths, notes: list[str]) -> None:
-    """The run's folders avo writes into are real folders of the run: one the agent replaced by
-    a link (to .avo/, or anywhere) is renamed aside, not followed, and made again."""
-    root = os.open(paths.root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for folder in (paths.rejected, paths.logs, paths.supervisor):
-            note = regain_folder(root, folder.name)
-            if note:
-                notes.append(note)
-    finally:
-        os.close(root)
-
-
-def _refuse_linked_trajectory(paths: RunPaths) -> None:
-    """Refuse, before anything is evaluated, a trajectory avo would append to through a link:
-    one that is a symlink or has a second name (a hard link elsewhere, in work/.git say)."""
-    try:
-        st = paths.trajectory.lstat()
-    except FileNotFoundError:
-        return
-    if stat.S_ISLNK(st.st_mode) or st.st_nlink > 1:
-        what = "a symlink" if stat.S_ISLNK(st.st_mode) else f"a file with {st.st_nlink} names (hard links)"
-        raise AvoError(f"{paths.trajectory} is {what}; avo appends the record only to its own file. Remove the "
-                       "other name (or put the run's own file back) and try again; nothing was changed")
-
-
-def _regain_git_dir(run: Run, notes: list[str]) -> bool:
-    """Make work/.git avo's own repository again; True when it had to be re-created."""
-    paths, state, lineage = run.paths, run.state, run.lineage
-    foreign = foreign_git_dir(paths.work)
-    if foreign:
-        aside = lineage.displace_git_dir(paths.private / "displaced")
-        notes.append(f"{foreign}: avo never writes through it. Moved it aside, untouched, to "
-                     f"{aside.relative_to(paths.root)} and restored v0..v{len(state.versions) - 1} from avo's "
-                     "private backup (the files in work/ are kept as the candidate)")
-    if os.path.lexists(paths.work / ".git"):
-        if lineage.repair_head():
-            notes.append("work/.git/HEAD was not a file (a pipe?); it names the branch main again")
-        return False
-    if not lineage.restore_from(paths.backup):
-        raise AvoError(
-            f"{paths.work}/.git is gone: the lineage repository was deleted. The record in "
-            f"{paths.run_json.name} still lists v0..v{len(state.versions) - 1}, but their files lived "
-            "there; restore work/.git from a backup, or start a new run (agents must not touch .git)."
-        )
-    if not foreign:
-        notes.append(f"work/.git was deleted; restored v0..v{len(state.versions) - 1} from avo's private "
-                     "backup (the files in work/ are kept as the candidate)")
-    return True
-
-
-def _write_journal(paths: RunPaths, body: dict[str, Any], *, synced: bool = True) -> None:
-    """What a submit still has to write if it is killed from here, signed with the run's key.
-
-    ``synced=False``: not forced to disk (a started submit's: its trajectory line, synced, is what
-    stands for it after a power cut; only the draws it had would be lost)."""
-    from avo.run_key import signed
-
-    write_json_atomic(paths.journal, signed(paths, body), sync="all" if synced else "none")
-
-
-def _journal_problem(paths: RunPaths, state: RunState, journal: dict[str, Any] | None) -> str | None:
-    """Why a journal was not written by avo for the submit in flight (``None``: it was)."""
-    if journal is None:
-        return "it is not signed with the run's key"
-    step, record, diff_path = journal.get("step"), journal.get("record"), journal.get("diff_path")
-    if journal.get("kind") == "started":
-        if not isinstance(step, int) or step > state.steps + 1 or not isinstance(journal.get("draws"), list):
-            return f"it is not step {state.steps + 1}'s started submit"
-        return None
-    if journal.get("kind") not in ("accept", "reject") or not isinstance(step, int) or not isinstance(record, dict):
-        return "it is not a submit's journal"
-    if record.get("kind") != "submit" or record.get("step") != step or step not in (state.steps, state.steps + 1):
-        return f"its record is not step {state.steps + 1}'s submit"
-    if diff_path is not None and (paths.rejected.is_symlink()
-                                  or Path(str(diff_path)).resolve().parent != paths.rejected.resolve()):
-        return "its diff is not in rejected/"  # a rejected/ re-pointed since would lead elsewhere
-    return None
-
-
-KILLED = "the submit was killed before its decision"
-
-
-def _finish_journal(run: Run, notes: list[str]) -> None:
-    """Finish a submit that was killed half-way (its journal says how far it got): a step, always.
-
-    Killed during its evaluation, it is recorded as interrupted with the draws its journal
-    kept; killed after its decision, the decision is recorded, except an acceptance killed
-    before its commit point (run.json), recorded as interrupted (its commit is let go).
-    """
-    from avo.run_key import read_verified
-
-    paths, state, lineage = run.paths, run.state, run.lineage
-    journal = read_verified(paths, paths.journal)
-    problem = _journal_problem(paths, state, journal)
-    if problem is not None or journal is None:
-        # A journal avo did not write would have its record appended to the trajectory as
-        # avo's own (re-measurements that move the policy's reference, a supervisor answer)
-        # and its diff path deleted: nothing in it is applied, and it is kept for reading.
-        aside = paths.private / f"ignored-journal-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}.json"
-        paths.journal.replace(aside)
-        notes.append(f"ignored {paths.journal.relative_to(paths.root)}: {problem}, so it was not written by avo "
-                     f"for this run; nothing in it was applied (kept as {aside.relative_to(paths.root)})")
-        return
-    step = journal["step"]
-    if journal["kind"] == "started":
-        if step == state.steps + 1:  # else a copy put back after its step was recorded
-            notes.append(_record_interrupted(run, journal, journal["draws"], f"{KILLED} (during its evaluation)"))
-        paths.journal.unlink(missing_ok=True)
-        return
-    record = journal["record"]
-    if state.steps < step and journal["kind"] == "accept":
-        lineage.move_branch(state.best_version.sha)  # the work tree keeps the candidate
-        body = {key: record.get(key) for key in ("step", "message", "tree", "best_before", "migrant", "usage")}
-        draws = (record.get("confirm") or {}).get("candidate_draws") or []
-        why = (f"the submit was accepted at {fmt_number(record.get('scalar'))} but killed before its version "
-               "was written to run.json; submit it again")
-        notes.append(_record_interrupted(run, {**body, "measured": journal.get("measured", record.get("tree"))},
-                                         draws if isinstance(draws, list) else [], why))
-        return
-    newly_due = False  # the supervisor made due by this step: its line follows the record
-    if state.steps < step:  # a rejection killed before its commit point: it was decided, so it is recorded
-        was_due = state.supervisor.due
-        _count_step(state, step, record.get("usage") if isinstance(record.get("usage"), dict) else None)
-        _count_not_accepted(state, step, str(record.get("outcome")), str(record.get("fingerprint")))
-        save_state(paths, state)
-        newly_due = state.supervisor.due and not was_due
-    # Its record in the trajectory: the submit was finished (the reset came before the
-    # record), and this journal is one put back since (a copy of a genuine one, signed):
-    # resetting again would delete what the agent wrote in work/ after it.
-    recorded = any(r.get("kind") == "submit" and r.get("step") == step for r in read_trajectory(paths))
-    if journal["kind"] == "accept":
-        _finish_accepted(run, journal, notes)
-    elif not recorded:
-        # Edits made after the kill (the agent went on working) are in no diff: archive them.
-        # The snapshot measured (its record names the code only, without .avo/); older journals: the record's.
-        measured = journal.get("measured", record.get("tree"))
-        if isinstance(measured, str) and lineage.is_dirty(state.best_version.sha):
-            try:
-                _archive_late_edits(run, step, measured, notes, after_kill=True)
-            except AvoError:  # the candidate's tree is gone from work/.git: all of work/ against the best
-                _archive_late_edits(run, step, state.best_version.sha, notes, after_kill=True)
-        lineage.reset_hard(state.best_version.sha)
-    if not recorded:
-        append_trajectory(paths, record)
-        if newly_due:
-            append_trajectory(paths, {"kind": "supervisor_due", "step": step, "reason": state.supervisor.reason})
-    notes.append(f"finished recording step {step} interrupted after its decision")
-    paths.journal.unlink(missing_ok=True)
-
-
-def _open_start(data: bytes, key: bytes | None, steps: int) -> dict[str, Any] | None:
-    """The start line in ``data`` (a trajectory) of step ``steps + 1``, if nothing of avo's settled
-    it: a ``submit`` or :data:`NOT_RUN` line of that step signed with the run's ``key``.
-
-    Read back from the end through lines of anyone's: a line appended by hand after the start
-    (unsigned, adopted as past the head) must not hide it, nor one signed with a key put in the
-    run's key's place for one command. It stops at avo's record of an earlier step (a start
-    of step ``steps + 1`` comes after it), so a run's whole trajectory is never read. A start
-    line is taken whoever wrote it: one written by hand only costs the run a step (its fields
-    are checked before use).
-    """
-    from avo.chain import follows, parse
-    from avo.run_key import line_signed
-
-    end = len(data)
-    while end > 0:
-        start = data.rfind(b"\n", 0, end - 1) + 1
-        line = data[start:end].rstrip(b"\n")
-        end = start
-        if not any(k in line for k in (b'"submit"', STARTED.encode(), NOT_RUN.encode())):
-            continue
-        record = parse(line)
-        if record is None:
-            continue
-        kind, step = record.get("kind"), record.get("step")
-        if kind == STARTED and step == steps + 1:
-            return record
-        # This step settled, or an earlier one recorded (no start of this step before it): a line
-        # avo signed, where avo wrote it (one of an earlier step copied to the end chains to its
-        # old neighbour, not to the line before it here).
-        settles = kind in ("submit", NOT_RUN) and isinstance(step, int) and step <= steps + 1
-        before = data[data.rfind(b"\n", 0, start - 1) + 1:start] if start else None
-        if settles and before is not None and line_signed(key, line) and follows(record, before):
-            return None
-    return None
-
-
-def _tail_damage(paths: RunPaths, state: RunState) -> str | None:
-    """What ``avo recover`` would drop after the newest line of avo's that settles a step (where a
-    killed submit's start line would be): lines cut from the end, a torn last line, a line broken
-    or edited there. ``None``: nothing there is lost."""
-    from avo.chain import split_lines, verify
-    from avo.run_key import line_signed, run_key, trajectory_signatures
-
-    data = trajectory_bytes(paths)
-    lines, torn = split_lines(data)
-    report = verify(data, state.chain, trajectory_signatures(paths, data).counts)
-    if report.head_problem and state.chain is not None and state.chain.count > len(lines):
-        return report.head_problem
-    key = run_key(paths, create=False)
-    settled = 0  # the line number of the newest signed submit or not-run line
-    for n in range(len(lines), 0, -1):
-        line = lines[n - 1]
-        if (b'"submit"' in line or NOT_RUN.encode() in line) and line_signed(key, line) and n not in report.problems:
-            settled = n
-            break
-    broken = sorted(n for n in report.problems if n > settled)
-    if broken:
-        return f"line {broken[0]} {report.problems[broken[0]]}"
-    if torn.strip():
-        return "its last line was cut off"
-    return None
-
-
-_OBJECT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
-
-
-def _finish_started_line(run: Run, notes: list[str]) -> bool:
-    """Record as interrupted a submit whose start is on the trajectory and nothing settled, with no
-    journal (deleted by hand, to leave no trace of a killed submit); whether it did."""
-    from avo.run_key import line_signed, run_key
-
-    data = run.checked if run.checked is not None else trajectory_bytes(run.paths)
-    key = run_key(run.paths, create=False)
-    if key is not None and line_signed(key, data.partition(b"\n")[0]) is False:
-        key = None  # not the key the run's first line was signed with: put there since, it vouches for nothing
-    line = _open_start(data, key, run.state.steps)
-    if line is None:
-        return False
-    # Only what can be checked is kept (the line may be anyone's): object ids, a message, a version.
-    body: dict[str, Any] = {"step": line["step"], "message": str(line.get("message"))[:2000],
-                            "time": line.get("time") if isinstance(line.get("time"), (int, float)) else None}
-    for name in ("tree", "measured"):
-        body[name] = line[name] if isinstance(line.get(name), str) and _OBJECT_ID.fullmatch(line[name]) else None
-    best_before = line.get("best_before")
-    body["best_before"] = best_before if isinstance(best_before, int) and 0 <= best_before < len(
-        run.state.versions) else run.state.best
-    notes.append(_record_interrupted(run, body, [], f"{KILLED}, and its journal ({run.paths.journal.name}) was "
-                                                    "deleted: the draws it had are not known (logs/ may hold them)"))
-    return True
-
-
-def _finish_accepted(run: Run, journal: dict[str, Any], notes: list[str]) -> None:
-    """The backup copy of an accepted submit killed after its commit point: only the commit the
-    signed journal names, and only when run.json's best is that commit. run.json is not checked
-    yet here, and the backup is what the record is checked against and rebuilt from: a commit
-    of the agent's written into run.json by hand must never be copied into it by avo."""
-    state, lineage = run.state, run.lineage
-    sha, n = journal.get("sha"), journal["record"].get("version")
-    if isinstance(sha, str) and n == state.best and state.best_version.sha == sha:
-        lineage.move_branch(sha)
-        lineage.backup(run.paths.backup, sha)
-        return
-    vouched = f"commit {sha[:12]}" if isinstance(sha, str) else "no commit (an older avo wrote it)"
-    notes.append(f"the interrupted submit's journal names {vouched} for v{n}, but run.json's best is "
-                 f"v{state.best} ({state.best_version.sha[:12]}): nothing was copied into avo's private backup")
-
-
 def _scores_with(run: Run, version: Version) -> str:
     """The score file committed with ``version``: every version's line, the new one last.
 
@@ -697,111 +412,7 @@ def _scores_with(run: Run, version: Version) -> str:
     return scores_file([*run.state.versions, version])
 
 
-def _restore_commits(run: Run, notes: list[str]) -> None:
-    paths, state, lineage = run.paths, run.state, run.lineage
-    gone = set(lineage.missing_commits([v.sha for v in state.versions]))
-    if gone and lineage.restore_from(paths.backup):
-        gone = set(lineage.missing_commits([v.sha for v in state.versions]))
-        if not gone:
-            notes.append("restored accepted commits deleted from work/.git from avo's private backup")
-    missing = [f"v{v.n}" for v in state.versions if v.sha in gone]
-    if missing:
-        raise AvoError(
-            f"the lineage in {paths.work} lost accepted commits {missing} (objects deleted). "
-            "The record in run.json still lists them; restore work/.git from a backup."
-        )
-
-
-def _check_locked(run: Run) -> None:
-    """The record check under the lock, on the trajectory read once and kept as ``run.checked``."""
-    run.checked = trajectory_bytes(run.paths)
-    check_record(run.paths, run.state, locked=True, data=run.checked)
-
-
-def recover(run: Run) -> list[str]:
-    """Bring the run to a consistent state after a kill; restore tags an agent moved.
-
-    Called under the lock at the start of every mutating command. Refuses (RecordError) a
-    record that disagrees with the lineage. Returns what it did.
-    """
-    notes: list[str] = []
-    paths, state = run.paths, run.state
-    _clean_scratch(paths)
-    _regain_run_folders(paths, notes)
-    _refuse_linked_trajectory(paths)
-    if not (paths.backup / "HEAD").exists():
-        # Nothing can be restored or checked without it: the check says so, before work/.git is looked at.
-        _check_locked(run)
-    recreated = _regain_git_dir(run, notes)
-    notes += heal_trajectory(paths, state)
-    interrupted = paths.journal.exists()
-    if not interrupted:  # a record checked before avo acts on it (with a journal: after)
-        _check_locked(run)
-    if recreated:
-        run.lineage.move_branch(state.best_version.sha)  # the files in work/ stay: they are the candidate
-    if interrupted:
-        _finish_journal(run, notes)
-    _restore_commits(run, notes)
-    if interrupted:
-        _check_locked(run)
-    if _finish_started_line(run, notes):
-        _check_locked(run)
-    repaired = run.lineage.set_tags(_tags(state))
-    if repaired:
-        notes.append(f"restored tags from the record: {', '.join(repaired)}")
-    return notes
-
-
-def restore_record(run: Run) -> list[str]:
-    """``avo recover``: rebuild run.json's versions and best from avo's private backup.
-
-    The backup holds what was committed, so it wins over run.json and work/.git. Trajectory
-    lines that are broken or disagree are named in an appended ``recovered`` record (never
-    deleted). Also does what every command's :func:`recover` does. Returns what it did.
-    """
-    from avo.record_rebuild import rebuild_record
-
-    with run_lock(run.paths):
-        run.state = state = load_state(run.paths, validate=False)
-        if not state.versions:
-            raise AvoError(f"{run.paths.run_json} lists no versions; there is no run to recover")
-        state.best = len(state.versions) - 1 if not 0 <= state.best < len(state.versions) else state.best
-        notes: list[str] = []
-        _clean_scratch(run.paths)
-        _regain_run_folders(run.paths, notes)
-        recreated = _regain_git_dir(run, notes)
-        steps, damage = state.steps, _tail_damage(run.paths, state)  # before the heal sets a torn tail aside
-        notes += heal_trajectory(run.paths, state)
-        if run.paths.journal.exists():
-            _finish_journal(run, notes)
-        run.checked = None  # the trajectory as it is now (what an earlier check read may predate the journal's record)
-        _finish_started_line(run, notes)
-        if not (run.paths.backup / "HEAD").exists():
-            run.lineage.backup(run.paths.backup, state.versions[-1].sha)
-            notes.append("avo's private backup was missing; re-created it from work/.git, which the agent "
-                         "can write: check `git log` there before trusting this run")
-        changed = rebuild_record(run.paths, state)  # its `recovered` record names the damage first
-        run.state = state = load_state(run.paths)
-        if damage is not None and state.steps == steps:
-            # What this repair dropped could be the start of a submit whose draws were seen (a kill,
-            # then its start line cut or broken): it costs the step the kill would have.
-            body = {"step": steps + 1, "message": "(unknown: the trajectory's end was damaged)", "tree": None,
-                    "measured": None, "best_before": state.best}
-            notes.append(_record_interrupted(run, body, [], f"the trajectory's end was damaged after step {steps} "
-                                                            f"({damage}): a submit may have begun there"))
-        _restore_commits(run, notes)
-        if recreated or run.lineage.head() != state.best_version.sha:
-            run.lineage.move_branch(state.best_version.sha)  # the files in work/ stay: the candidate
-        repaired = run.lineage.set_tags(_tags(state))
-        if repaired:
-            notes.append(f"restored tags from the record: {', '.join(repaired)}")
-        check_record(run.paths, state, locked=True)
-        if not changed:
-            notes.append("the record agrees with avo's private backup; run.json's versions were kept")
-        return notes + changed
-
-
-# -- start -----------------------------------------------------------------------------------
+# -- start ---------------------------------------------------------------------------------
 
 
 def command_warnings(spec: TargetSpec) -> list[str]:
@@ -1024,7 +635,7 @@ def start_run(
     lineage.reset_hard(sha)
     v0 = v0.model_copy(update={"sha": sha, "tree": final_tree})
     state.versions.append(v0)
-    lineage.set_tags(_tags(state))
+    lineage.set_tags(version_tags(state))
     lineage.backup(paths.backup, sha)
     save_state(paths, state)
     append_trajectory(paths, {"kind": "start", "id": "start", "target": spec.name, "origin": origin,
@@ -1291,22 +902,6 @@ def _judge(run: Run, tree: str, step: int, say: Callable[[str], None],
     return j
 
 
-def _update_supervisor(state: RunState, fingerprint: str | None, outcome: str) -> None:
-    sup = state.supervisor
-    if sup.due:
-        return
-    if fingerprint and outcome != "accepted" and fingerprint in state.rejected_fingerprints:
-        sup.due, sup.reason = True, (
-            f"unproductive cycle: this candidate repeats the diff of rejected step "
-            f"{state.rejected_fingerprints[fingerprint]}")
-    elif state.failures_in_row >= state.options.failure_limit:
-        sup.due, sup.reason = True, f"unproductive cycle: {state.failures_in_row} failed evaluations in a row"
-    elif min(state.steps_since_best, state.steps - sup.stall_since) >= state.options.stall_limit:
-        stalled = min(state.steps_since_best, state.steps - sup.stall_since)
-        since = " since the last redirect" if stalled < state.steps_since_best else ""
-        sup.due, sup.reason = True, f"stalled: {stalled} steps without a new best{since}"
-
-
 def _migrant_tree(lineage: Lineage, migrant: Migrant, limits: WorkLimits) -> str:
     """Copy the migrant's tree from the donor's backup into this lineage's store; its id.
 
@@ -1332,163 +927,10 @@ def _migrant_tree(lineage: Lineage, migrant: Migrant, limits: WorkLimits) -> str
         raise CandidateError(f"the donor's backup cannot be read: {str(exc).splitlines()[0]}") from None
 
 
-def _unused_name(path: Path) -> Path:
-    """``path``, or ``NAME-2.diff``, ``NAME-3.diff`` ...: the first not taken (a dangling link takes
-    one too), so two archives made in one second both stay."""
-    n, free = 1, path
-    while os.path.lexists(free):
-        n += 1
-        free = path.with_name(f"{path.stem}-{n}{path.suffix}")
-    return free
-
-
-STARTED = "submit_started"  # the trajectory's kind for a submit whose evaluation has begun
-NOT_RUN = "submit_not_run"  # ... and for one whose first job was refused before it ran anything
-
-
-class _Started:
-    """A submit whose evaluation has begun: from here it ends as a step, whatever ends it.
-
-    Its start is a signed trajectory line (kind :data:`STARTED`) and its journal (kind
-    ``started``) is rewritten, signed, after each draw, so a submit killed before its decision
-    (to draw again, hoping for luck) is recorded by the next command as a step, interrupted,
-    with the draws it had. Until 2026-12-06 it left nothing but its logs, and an unchanged
-    candidate was accepted at +19.85 % after 40 kills (docs/SECURITY.md, round eight).
-    """
-
-    def __init__(self, run: Run, body: dict[str, Any]) -> None:
-        self.run, self.body = run, body
-        self.draws: list[dict[str, Any]] = []
-        # Its usage is counted once, by the record that ends the step (spend adds up every "usage").
-        line = {key: value for key, value in body.items() if key != "usage"}
-        append_trajectory(run.paths, {"kind": STARTED, "id": f"started{body['step']}", **line})
-        self._save()
-
-    def cancel(self, why: str) -> None:
-        """Settle a start whose first job was refused before it ran anything (its sandbox cannot
-        start on that machine, its evaluator differs from the record): no step, nothing measured."""
-        append_trajectory(self.run.paths, {"kind": NOT_RUN, "id": f"not-run{self.body['step']}",
-                                           "step": self.body["step"], "error": why})
-        self.run.paths.journal.unlink(missing_ok=True)
-
-    def draw(self, ev: Evaluation) -> None:
-        """Keep ``ev`` in the journal (the draws a killed submit had are its record's)."""
-        from avo.draws import draw_record
-
-        self.draws.append(draw_record(ev))
-        self._save()
-
-    def _save(self) -> None:
-        _write_journal(self.run.paths, {"kind": "started", **self.body, "draws": self.draws}, synced=False)
-
-
-def _count_step(state: RunState, step: int, usage: dict[str, Any] | None) -> None:
-    """What every step moves, whatever its outcome."""
-    state.steps = step
-    state.evaluations += 1
-    _usage_add(state, usage)
-    if state.supervisor.redirect_step is not None and state.supervisor.redirect_step <= step:
-        state.supervisor.pending_redirect = None
-        state.supervisor.redirect_step = None
-
-
-def _count_not_accepted(state: RunState, step: int, outcome: str, fingerprint: str) -> None:
-    """What a rejected or failed step moves (the counters the supervisor watches)."""
-    state.failures_in_row = state.failures_in_row + 1 if outcome == "failed" else 0
-    state.steps_since_best += 1
-    _update_supervisor(state, fingerprint, outcome)
-    state.rejected_fingerprints.setdefault(fingerprint, step)
-
-
-def _record_interrupted(run: Run, body: dict[str, Any], draws: list[dict[str, Any]], why: str) -> str:
-    """Record a submit that ended before its decision as step ``body["step"]``, interrupted.
-
-    It used a step (its draws were seen: a kill must cost what a rejection costs) and counts
-    for nothing else: no decision, no re-measurement of the best, no failure. Its diff goes to
-    rejected/; work/ keeps the candidate (a reset would destroy edits made since). Returns the
-    sentence that says so, for the caller's message.
-    """
-    paths, state, lineage = run.paths, run.state, run.lineage
-    step = body["step"]
-    best_before = body.get("best_before")
-    base = state.versions[best_before].sha if isinstance(best_before, int) and 0 <= best_before < len(
-        state.versions) else state.best_version.sha
-    header = f"# step {step} interrupted before its decision: {body.get('message')}\n# {' '.join(why.split())}\n"
-    measured = body.get("measured")
-    try:
-        if not (isinstance(measured, str) and _OBJECT_ID.fullmatch(measured)):
-            raise AvoError("no tree")  # a git argument, never anything but an object id
-        diff = lineage.diff(base, measured)
-    except AvoError:  # its snapshot is gone from work/.git (pruned): work/ still holds the candidate
-        diff = ""
-        header += "# the measured tree is gone from work/.git; work/ keeps the candidate\n"
-    path = _unused_name(paths.rejected / f"step{step:04d}-interrupted.diff")
-    write_json_atomic(path, header + diff, sync="file", own=1)
-    record: dict[str, Any] = {
-        "kind": "submit", "id": f"step{step}", "step": step, "outcome": "interrupted",
-        "message": body.get("message"), "tree": body.get("tree"), "scalar": None, "metrics": {},
-        "error": why, "notes": None, "best_before": best_before, "reason": why,
-        "wall_s": round(sum(d.get("wall_s") or 0.0 for d in draws), 3),
-        "log": draws[0].get("log") if draws else None, "draws": draws,
-        "fingerprint": diff_fingerprint(diff) if diff else None, "sandbox": state.sandbox, "new_best": False,
-        "diff": str(path.relative_to(paths.root))}
-    for key in ("migrant", "usage"):
-        if body.get(key):
-            record[key] = body[key]
-    since = body.get("time")
-    if isinstance(since, (int, float)) and paths.logs.is_dir():
-        # A draw that finished as the submit was killed is in its log before the journal has it:
-        # name every log written since the start (the agent's to edit, so for reading only).
-        record["logs"] = sorted(p.name for p in paths.logs.iterdir()
-                                if p.is_file() and not p.is_symlink() and p.stat().st_mtime >= since - 1)[:50]
-    was_due = state.supervisor.due
-    _count_step(state, step, body.get("usage") if isinstance(body.get("usage"), dict) else None)
-    state.steps_since_best += 1  # no failure (failures_in_row stays), no rejected diff to repeat
-    _update_supervisor(state, None, "interrupted")
-    save_state(paths, state)
-    append_trajectory(paths, record)
-    paths.journal.unlink(missing_ok=True)
-    if state.supervisor.due and not was_due:
-        append_trajectory(paths, {"kind": "supervisor_due", "step": step, "reason": state.supervisor.reason})
-    return (f"step {step} is recorded as interrupted, with the {len(draws)} draw(s) it had and its diff "
-            f"({record['diff']}; `avo log --attempts`): a submit that began its evaluation uses its step "
-            "however it ends; work/ keeps the candidate")
-
-
-def kept_files_folder(diff_path: Path) -> Path:
-    """Where a discarded candidate's files go that only its own ``.gitignore`` ignored (beside its diff)."""
-    return diff_path.with_name(diff_path.stem + "-ignored-files")
-
-
 def _kept_note(moved: list[str], where: Path) -> str:
     shown = ", ".join(moved[:5]) + (f" and {len(moved) - 5} more" if len(moved) > 5 else "")
     return (f"{shown}: ignored only by the discarded candidate's own .gitignore (so in no diff), and untracked "
             f"under the best version's: moved to {where} instead of deleted")
-
-
-def _archive_late_edits(run: Run, step: int, measured: str, notes: list[str], since: str | None = None,
-                        *, after_kill: bool = False) -> bool:
-    """Archive in rejected/ how work/ differs from ``measured`` (edits made while a candidate was
-    evaluated), before a reset replaces work/; whether nothing was written since ``since``.
-
-    ``since``: work/'s :meth:`~avo.lineage.Lineage.work_signature` from before ``measured`` was
-    snapshotted; unchanged, nothing was written since, and the second snapshot is skipped.
-    ``after_kill``: the submit was killed before its reset (the edits may be from after the kill).
-    """
-    lineage, paths = run.lineage, run.paths
-    if since is not None and lineage.work_signature() == since:
-        return True
-    measured = lineage.tree_of(measured)
-    late_tree = lineage.snapshot_tree()
-    late = lineage.diff(measured, late_tree) if late_tree != measured else ""
-    if late.strip():
-        when, what = (("since-measured", "since the candidate was measured (its submit was killed before "
-                       "work/ was reset)") if after_kill else ("during-evaluation", "during the evaluation"))
-        late_path = paths.rejected / f"step{step:04d}-edited-{when}.diff"
-        write_json_atomic(late_path, f"# step {step}: edits made to work/ {what}, not part of the candidate\n" + late,
-                          sync="file", own=1)
-        notes.append(f"work/ was edited {what}; those edits are in {late_path.relative_to(paths.root)}")
-    return False
 
 
 def submit(
@@ -1524,7 +966,7 @@ def submit(
             notes.append(f"work/ HEAD was moved off v{best.n} (agent commits or resets); "
                          "its content is taken as one candidate")
         check_work_limits(paths.work, state.target.work_limits)
-        # Taken before the snapshot: any edit from here on changes it (see _archive_late_edits).
+        # Taken before the snapshot: any edit from here on changes it (see archive_late_edits).
         signature = lineage.work_signature() if migrant is None else None
         # The index the snapshot fills is kept (under the lock, one submit at a time) for a reset.
         kept = paths.private / f"index-snapshot-{secrets.token_hex(8)}"
@@ -1542,7 +984,7 @@ def submit(
             body["migrant"] = migrant.origin.model_dump()
         if extra:
             body["usage"] = extra
-        started = _Started(run, body)
+        started = Started(run, body)
         try:
             j = _judge(run, tree, step, say, started.draw)
         except Exception as exc:  # a refused draw, a broken executor: the step is used all the same
@@ -1552,7 +994,7 @@ def submit(
                 # draw runs alone, so nothing of the candidate was measured or seen.
                 started.cancel(first)
                 raise
-            said = _record_interrupted(run, body, started.draws, f"its evaluation stopped: {first}")
+            said = record_interrupted(run, body, started.draws, f"its evaluation stopped: {first}")
             if type(exc) in (AvoError, IntegrityError):
                 raise type(exc)(f"{exc}\n{said}") from exc
             raise AvoError(f"{type(exc).__name__}: {exc}\n{said}") from exc
@@ -1561,7 +1003,7 @@ def submit(
         warning = _nondeterminism(run, code, evaluation)
         if warning:
             notes.append(warning)
-        _count_step(state, step, extra)
+        count_step(state, step, extra)
         record: dict[str, Any] = {
             "kind": "submit", "id": f"step{step}", "step": step, "outcome": outcome, "message": message,
             "tree": code, "scalar": scalar, "metrics": j.metrics,
@@ -1598,10 +1040,10 @@ def submit(
             version = version.model_copy(update={"sha": sha, "tree": lineage.tree_of(sha)})
             record["version"] = n
             if migrant is not None:  # its checkout below replaces work/: keep what was written there meanwhile
-                _archive_late_edits(run, step, best.sha, notes)
+                archive_late_edits(run, step, best.sha, notes)
             # The commit is named: finishing a killed submit copies into the backup only what
             # this signed journal vouches for, never what run.json (unchecked then) names.
-            _write_journal(paths, {"kind": "accept", "step": step, "record": record, "sha": sha})
+            write_journal(paths, {"kind": "accept", "step": step, "record": record, "sha": sha})
             lineage.move_branch(sha)
             if migrant is not None:
                 lineage.reset_hard(sha)  # work/ takes the migrant (ignored files stay, as in every reset)
@@ -1616,8 +1058,8 @@ def submit(
             state.best = n
             state.failures_in_row = 0
             state.steps_since_best = 0 if new_best else state.steps_since_best + 1
-            lineage.add_tag(f"v{n}", sha, _tags(state))  # recover() made every other tag exact already
-            _update_supervisor(state, None, outcome)
+            lineage.add_tag(f"v{n}", sha, version_tags(state))  # recover() made every other tag exact already
+            update_supervisor(state, None, outcome)
             save_state(paths, state)  # the commit point
             append_trajectory(paths, record)
             # Before the journal goes: a kill or a failed copy here is finished by recover().
@@ -1633,11 +1075,11 @@ def submit(
             record["diff"] = str(diff_path.relative_to(paths.root))
             # Edits made to work/ while the candidate was being measured are not part of it,
             # and the reset below would destroy them: archive them too (a migrant left work/ alone).
-            unchanged = _archive_late_edits(run, step, tree if migrant is None else best.sha, notes,
+            unchanged = archive_late_edits(run, step, tree if migrant is None else best.sha, notes,
                                             since=signature)
-            _write_journal(paths, {"kind": "reject", "step": step, "record": record, "diff_path": str(diff_path),
+            write_journal(paths, {"kind": "reject", "step": step, "record": record, "diff_path": str(diff_path),
                                    "measured": tree})
-            _count_not_accepted(state, step, outcome, fingerprint)
+            count_not_accepted(state, step, outcome, fingerprint)
             save_state(paths, state)  # the commit point
             # Tags stay as recover() left them; work/ untouched since the snapshot (so no migrant's):
             # reset from its index. Not when the snapshot started from another HEAD: its index holds
@@ -1674,7 +1116,7 @@ def revert(run: Run, message: str | None = None) -> Path | None:
         if diff.strip():
             stamp = time.strftime("%Y%m%d-%H%M%S")
             # Named by the step it came after: a revert uses no step of the budget.
-            path = _unused_name(run.paths.rejected / f"reverted-{stamp}-after-step{step - 1:04d}.diff")
+            path = unused_name(run.paths.rejected / f"reverted-{stamp}-after-step{step - 1:04d}.diff")
             header = f"# reverted after step {step - 1} (not submitted, no step used)" + (f": {note}" if note else "")
             write_json_atomic(path, header.replace("\n", " ") + "\n" + diff, sync="file", own=1)
         # A changed .gitignore is in the diff: files only it ignored go beside the diff (revert_line names them).

@@ -21,9 +21,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from avo.colony import colony_of
 from avo.contract import better, gain
-from avo.engine import Run, record_redirect, recover, revert, submit, write_brief
+from avo.engine import Run, record_redirect, revert, submit, write_brief
 from avo.errors import AvoError, BlockedError
 from avo.models import BackendInfo, StepRequest, StepResult, SupervisorBrief
+from avo.recovery import recover
 from avo.state import RunState, append_trajectory, load_state, read_trajectory, run_lock, save_state
 
 STEP_KINDS = ("submit", "agent_step")  # trajectory records that count as a step taken

@@ -172,7 +172,7 @@ def revert_line(path: Path | None, run: Run) -> str:
     best = run.state.best_version
     if path is None:
         return f"nothing to revert; work/ is v{best.n}"
-    from avo.engine import kept_files_folder
+    from avo.step_record import kept_files_folder
 
     kept = kept_files_folder(path)
     also = (f"; files only its own .gitignore ignored (untracked under v{best.n}'s) were moved to {_rel(kept, run)}"

@@ -539,7 +539,7 @@ def test_submit_message_must_say_something_and_may_span_lines(toy: Path, runs_ro
 
 
 def test_stale_pid_file_never_kills_an_unrelated_process(toy: Path, runs_root: Path, core_plugins: None) -> None:
-    from avo.engine import recover
+    from avo.recovery import recover
     from avo.runner import process_start_time
     from avo.state import run_lock
 

@@ -23,9 +23,10 @@ from typing import Any
 
 import pytest
 
-from avo.engine import STARTED, Run, open_run, start_run, submit
+from avo.engine import Run, open_run, start_run, submit
 from avo.errors import AvoError
 from avo.state import load_state, read_trajectory
+from avo.step_record import STARTED
 from tests.conftest import set_constants
 from tests.test_noise import banks_target, set_model
 

@@ -94,6 +94,7 @@ DRIVER = textwrap.dedent(
     from pathlib import Path
     import avo.engine as engine
     import avo.evaluation as evaluation
+    import avo.step_record as step_record
     from avo.lineage import Lineage
     import avo.state as state_mod
 
@@ -122,7 +123,7 @@ DRIVER = textwrap.dedent(
     # The decision's journal (the one before it, written as the evaluation starts, says "started").
     is_journal = lambda path, data, **kw: path.name == "pending.json" and '"kind": "started"' not in data[:40]
     if point == "after-journal":
-        after(engine, "write_json_atomic", is_journal)
+        after(step_record, "write_json_atomic", is_journal)
     elif point == "after-commit":
         after(Lineage, "move_branch")
     elif point == "after-save":
@@ -174,7 +175,7 @@ def test_kill_mid_submit_leaves_a_consistent_run(
 
     # The next command (here a status read, then another submit) finds a consistent run.
     run = open_run(run.paths.root, runs_root)
-    from avo.engine import recover
+    from avo.recovery import recover
     from avo.state import run_lock
 
     with run_lock(run.paths):

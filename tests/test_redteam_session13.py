@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from avo.engine import open_run, recover, start_run, submit
+from avo.engine import open_run, start_run, submit
 from avo.errors import AvoError
 from avo.record_check import SCORES_FILE
+from avo.recovery import recover
 from avo.state import load_state, read_trajectory, run_lock
 from tests.conftest import set_constants
 from tests.test_record_holds import kill_submit_at

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from avo.chain import line_hash
-from avo.engine import open_run, restore_record, start_run, submit
+from avo.engine import open_run, start_run, submit
 from avo.errors import AvoError
 from avo.record_check import SCORES_FILE, check_record
+from avo.recovery import restore_record
 from avo.regular_files import open_own, write_json_atomic
 from avo.state import load_state
 from tests.conftest import set_constants

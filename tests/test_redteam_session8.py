@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from avo.engine import open_run, recover, start_run, submit
+from avo.engine import open_run, start_run, submit
+from avo.recovery import recover
 from avo.state import read_trajectory, run_lock
 from tests.conftest import set_constants
 from tests.test_record_holds import kill_submit_at

@@ -16,7 +16,8 @@ def register(app: typer.Typer) -> None:
         run.json or trajectory.jsonl). No trajectory line is deleted: broken ones are named
         in a `recovered` record and flagged from then on.
         """
-        from avo.engine import open_run, restore_record
+        from avo.engine import open_run
+        from avo.recovery import restore_record
 
         with user_errors(json_out):
             r = open_run(run, runs_root(runs_dir), check=False)
