@@ -65,11 +65,14 @@ def link_after(count: int, last_line: bytes) -> dict[str, Any]:
     return {"seq": seq + 1 if isinstance(seq, int) else count + 1, "prev": line_hash(last_line)}
 
 
-def acknowledged(records: list[dict[str, Any] | None]) -> dict[int, str]:
-    """``{line: hash}`` of every line a ``recovered`` record set aside."""
+def acknowledged(records: list[dict[str, Any] | None], lines: list[bytes] | None = None,
+                 counts: Callable[[bytes], bool] | None = None) -> dict[int, str]:
+    """``{line: hash}`` of every line a ``recovered`` record set aside; with ``counts`` (whether
+    avo signed a line of ``lines``), only the records avo wrote: a ``recovered`` line of the
+    agent's naming avo's accepted submit set it aside, and recover dropped every version."""
     out: dict[int, str] = {}
-    for r in records:
-        if r and r.get("kind") == RECOVERED:
+    for i, r in enumerate(records):
+        if r and r.get("kind") == RECOVERED and (counts is None or lines is None or counts(lines[i])):
             for item in r.get("acknowledged") or []:
                 if isinstance(item, dict) and isinstance(item.get("line"), int):
                     out[item["line"]] = str(item.get("sha"))
@@ -144,7 +147,8 @@ class _Walk:
                               if same is not None and same != i else what)
 
 
-def _walk(w: _Walk, start: int, avos: Callable[[bytes], bool], lines: list[bytes]) -> None:
+def _walk(w: _Walk, start: int, avos: Callable[[bytes], bool], lines: list[bytes],
+          may_start: Callable[[int], bool]) -> None:
     """Follow ``prev`` back from line index ``start`` (the head's line), naming what the chain
     skips (inserted or copied lines) and where it breaks (an edited or deleted line).
 
@@ -174,18 +178,22 @@ def _walk(w: _Walk, start: int, avos: Callable[[bytes], bool], lines: list[bytes
             w.found.setdefault(1, "was edited or inserted (the first line must chain to nothing)")
             return
         seq, before = _seq(r), _seq(records[j - 1])
-        if seq is not None and before is not None and seq > before + 1:
-            w.found.setdefault(j + 1, f"follows a gap: {seq - before - 1} line(s) before it were deleted")
-            j -= 1
-        elif not avos(lines[j]):
+        if not avos(lines[j]):
             w.found.setdefault(j + 1, "was edited (it chains to no line before it)")
             j -= 1
-        else:
+        elif w.linked(j - 1) and may_start(j - 1) and seq is not None and before is not None and seq > before + 1:
+            w.found.setdefault(j + 1, f"follows a gap: {seq - before - 1} line(s) before it were deleted")
+            j -= 1
+        else:  # avo's link is its own: the line before it is not the one it names
             w.found.setdefault(j, "was edited (the line after it records another hash for it)")
             j -= 2
-        while j > 0 and not w.linked(j):  # named already: not JSON, unchained
+        # Past a break the walk goes on only from a line of avo's that is no copy: a line put there
+        # by hand must not steer it with its link (one numbered 0 made every line before it "inserted").
+        while j >= 0 and not (w.linked(j) and may_start(j)):
+            if w.linked(j):
+                w.found.setdefault(j + 1, "was edited or put there (the chain breaks after it)")
             j -= 1
-        if j < 0 or not w.linked(j):
+        if j < 0:
             return
 
 
@@ -230,9 +238,9 @@ def verify(data: bytes, head: ChainHead | None, counts: Callable[[bytes], bool] 
                 found.setdefault(i + 1, "carries no chain hash (inserted, or rewritten without one)")
         elif chained_from is None:
             chained_from = i
-    acks = acknowledged(records)
-    w = _Walk(records, hashes, acks, found)
     avos = counts or (lambda line: True)
+    acks = acknowledged(records, lines, counts)
+    w = _Walk(records, hashes, acks, found)
     # Where the walk starts: the line the head vouches for (at its count, else the last of that
     # hash), if it is avo's and no copy; else the newest such line; else the last chained line.
     vouched = None
@@ -252,7 +260,7 @@ def verify(data: bytes, head: ChainHead | None, counts: Callable[[bytes], bool] 
         (i for i in newest if w.linked(i) and may_start(i)),
         vouched if vouched is not None else next((i for i in newest if w.linked(i)), None))
     if start is not None and chained_from is not None and start >= chained_from:
-        _walk(w, start, avos, lines)
+        _walk(w, start, avos, lines, may_start)
         _past_head(w, start)
         for m, (after, before) in sorted(w.skipped.items()):
             if m + 1 in found or m in w.stood:
@@ -261,6 +269,13 @@ def verify(data: bytes, head: ChainHead | None, counts: Callable[[bytes], bool] 
             w.name(m, "was inserted (the line after it chains to the line before it)" if alone
                    else f"was inserted (line {after + 1} chains past it, to line {before + 1})" if before >= 0
                    else f"was inserted before the run's first line (line {after + 1})")
+    if head is not None and head.count > len(lines):
+        report.head_problem = (f"the last {head.count - len(lines)} line(s) were deleted (run.json's record of "
+                               f"the trajectory ends at line {head.count}, the file at line {len(lines)})")
+    elif head is not None and head.count > 0 and hashes[head.count - 1] != head.sha and head.sha not in w.at:
+        found.setdefault(head.count, "was edited (run.json's chain head records another hash for it)")
+    elif head is None and chained_from is not None:
+        report.head_problem = "run.json keeps no chain head, yet the trajectory is chained (run.json replaced?)"
     for n, what in found.items():
         if acks.get(n) == hashes[n - 1]:
             report.flagged[n] = what

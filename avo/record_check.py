@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -222,7 +223,8 @@ def trajectory_findings(paths: RunPaths, state: RunState, locked: bool, data: by
     excused: set[int] = set()
     max_step = 0
     versions = state.versions
-    set_aside = acknowledged(report.records)  # lines `avo recover` set aside, by the hash they had then
+    # Lines avo's own `recovered` records set aside, by the hash they had then.
+    set_aside = acknowledged(report.records, report.lines, signatures.counts)
     for n, r in enumerate(report.records, 1):
         if r is None or n in report.flagged or n in report.problems:
             continue
@@ -338,6 +340,20 @@ def check_record(paths: RunPaths, state: RunState, *, locked: bool, data: bytes 
     if problems:
         raise record_error(paths, problems)
     return state
+
+
+def record_repairs(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each time ``avo recover`` repaired the record (its ``recovered`` records, in order): after
+    which step, how many lines it set aside, and what it changed (its notes). A same-user agent
+    can edit or delete any record; a repair is how such an edit stays on the record, so every
+    view of a run says there were some."""
+    out = []
+    for r in records:
+        if r.get("kind") == RECOVERED:
+            aside = [a for a in r.get("acknowledged") or [] if isinstance(a, dict)]
+            out.append({"step": r.get("step"), "time": r.get("time"), "set_aside": len(aside),
+                        "notes": [str(n) for n in r.get("notes") or []]})
+    return out
 
 
 def describe_flags(paths: RunPaths) -> list[str]:

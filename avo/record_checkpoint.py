@@ -169,7 +169,7 @@ def fresh_checkpoint(state: RunState, data: bytes, records: list[dict[str, Any] 
     if head is None or head.count != len(lines) or head.count == 0:
         return None
     fold = Fold()
-    aside = acknowledged(records)
+    aside = acknowledged(records, lines, signatures.counts)
     versions = state.versions
     for n, r in enumerate(records, 1):
         if r is None or n in flagged:

@@ -21,6 +21,7 @@ from avo.contract import gain
 from avo.errors import AvoError
 from avo.numbers import display_digits, fmt_pct
 from avo.prompts import config_order
+from avo.record_check import record_repairs
 from avo.regular_files import read_text_of, write_json_atomic
 from avo.state import read_trajectory
 
@@ -272,6 +273,19 @@ def _baselines(run: Run) -> str:
             f'<th class="l">status</th></tr>{rows}</table></section>')
 
 
+def _repairs(records: list[dict[str, Any]]) -> str:
+    """Every repair of the record by `avo recover` (none: no section)."""
+    reps = record_repairs(records)
+    if not reps:
+        return ""
+    items = "".join(f"<li>after step {_e(r['step'])}: {_e(r['set_aside'])} line(s) set aside"
+                    + ("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in r["notes"]) + "</ul>" if r["notes"] else "")
+                    + "</li>" for r in reps)
+    return ('<section id="repairs"><h2>Record repairs</h2><p>The record was edited by hand and repaired by '
+            f"<code>avo recover</code> {len(reps)} time(s); what each repair set aside and changed:</p>"
+            f"<ul>{items}</ul></section>")
+
+
 def _notes(run: Run) -> str:
     text = read_text_of(run.paths.notes, MAX_TEXT_BYTES) or "(no NOTES.md)"
     return f'<section id="notes"><h2>NOTES.md</h2><pre>{_e(text)}</pre></section>'
@@ -284,6 +298,7 @@ def build_report(run: Run, *, plot: bool = True) -> str:
     body = [
         f"<h1>avo run {_e(run.state.id)}</h1>",
         _summary(run),
+        _repairs(records),
         f'<section id="trajectory"><h2>Trajectory</h2>{figure}<p class="muted">Step line: running best over '
         "committed versions; circles: new bests; dashed: baselines; hollow orange triangles: rejected attempts; "
         "red crosses: failed attempts. The small panels below: each config relative to x_0.</p></section>",

@@ -573,9 +573,12 @@ def read_trajectory(paths: RunPaths, *, mentioning: bytes | None = None,
                 out.append(r)
             pos = data.find(mentioning, stop + 1, end)
         return out
+    from avo.run_key import trajectory_signatures  # (it imports this module)
+
     lines, _ = split_lines(data)
     records = [parse(line) for line in lines]
-    aside = acknowledged(records)
+    acks = acknowledged(records, lines, trajectory_signatures(paths, data).counts)
+    aside = {n for n, sha in acks.items() if n <= len(lines) and line_hash(lines[n - 1]) == sha}
     return [r for n, r in enumerate(records, 1) if r is not None and n not in aside
             and (mentioning is None or mentioning in lines[n - 1])]
 

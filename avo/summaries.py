@@ -201,7 +201,9 @@ def _killed_step(run: Run) -> int | None:
 
 def status_dict(run: Run, dirty: bool | None) -> dict[str, Any]:
     """Where the run stands, as data (``avo status --json``)."""
-    from avo.state import run_busy
+    from avo.chain import RECOVERED
+    from avo.record_check import record_repairs
+    from avo.state import read_trajectory, run_busy
 
     s = run.state
     busy = run_busy(run.paths)
@@ -232,7 +234,12 @@ def status_dict(run: Run, dirty: bool | None) -> dict[str, Any]:
         "usage": s.usage,
         "digits": display_digits(s),
         "matches": sum(1 for v in s.versions[1:] if not v.new_best),
+        "repairs": record_repairs(read_trajectory(run.paths, mentioning=f'"{RECOVERED}"'.encode())),
     }
+
+
+# Notes of `avo recover` that changed what the policy compares with or what the run holds.
+_CHANGES = ("re-measurements ", "best v", "dropped ", "not adopted", "the supervisor is due", "step ")
 
 
 def _subject(message: str, width: int = 100) -> str:
@@ -261,6 +268,14 @@ def status_lines(data: dict[str, Any]) -> list[str]:
         lines.append(f"  SUPERVISOR DUE: {sup['reason']}")
     elif sup["redirect_pending"]:
         lines.append("  a supervisor redirect is pending for the next step")
+    if data.get("repairs"):
+        reps = data["repairs"]
+        aside = sum(r["set_aside"] for r in reps)
+        lines.append(f"  RECORD REPAIRED: `avo recover` ran {len(reps)} time(s) (the last after step "
+                     f"{reps[-1]['step']}), setting aside {aside} trajectory line(s) edited, inserted or deleted by "
+                     "hand; what each repair changed is in `avo log` and the report")
+        changed = [n for r in reps for n in r["notes"] if n.startswith(_CHANGES)]
+        lines += [f"    {n}" for n in changed[-3:]]
     if data.get("killed_step"):
         lines.append(f"  the submit of step {data['killed_step']} was killed during its evaluation: the next avo "
                      "command records it as interrupted (its step is used)")

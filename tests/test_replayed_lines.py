@@ -182,3 +182,120 @@ def test_a_copied_supervisor_answer_does_not_clear_a_due_supervisor(toy: Path, r
     assert load_state(run.paths).supervisor.due, out
     code, out = avo(run, "supervisor", "brief")
     assert code == 0, out
+
+
+# -- two red-team passes on the walk itself (2026-12-06) ----------------------------------------
+
+
+def _recover_keeps_every_version(run: Run) -> str:
+    code, out = avo(run, "recover")
+    assert code == 0, out
+    state = load_state(run.paths)
+    assert len(state.versions) == 5 and state.best == 4, out
+    assert "not adopted" not in out and "best v4 -> " not in out, out
+    assert avo(run, "status")[0] == 0
+    return out
+
+
+def _write(run: Run, lines: list[bytes]) -> None:
+    run.paths.trajectory.write_bytes(b"\n".join(lines) + b"\n")
+
+
+@pytest.mark.parametrize("where", ["after-line-1", "before-line-1"])
+def test_a_copy_put_in_early_is_the_one_set_aside(run: Run, where: str) -> None:
+    # A link resolved to the first line with its hash: a copy of step 4's start line put in after
+    # line 1 made lines 3 to 11 "inserted" (every version dropped); a copy of the head's line put
+    # before line 1 set avo's start record aside and no command worked again.
+    lines = _lines(run)
+    if where == "after-line-1":
+        _write(run, [lines[0], lines[-2], *lines[1:]])
+    else:
+        _write(run, [lines[-1], *lines])
+    out = _recover_keeps_every_version(run)
+    n = 2 if where == "after-line-1" else 1
+    assert f"set aside trajectory.jsonl line {n}: it is a copy of line" in out, out
+    assert out.count("set aside trajectory.jsonl line") == 1, out
+
+
+@pytest.mark.parametrize("line", [b'{"kind": "note", "seq": 0, "prev": null}', b'{"kind": "note", "seq": 0}'])
+def test_a_line_replaced_by_one_numbered_0_is_the_only_one_set_aside(run: Run, line: bytes) -> None:
+    # Past the break the walk followed the planted line's link (or its null): every line before
+    # it was "inserted", the versions dropped, the start record set aside (the run bricked).
+    lines = _lines(run)
+    _write(run, [*lines[:-2], line, lines[-1]])
+    out = _recover_keeps_every_version(run)
+    assert f"set aside trajectory.jsonl line {len(lines) - 1}:" in out, out
+    assert out.count("set aside trajectory.jsonl line") == 1, out
+
+
+@pytest.mark.parametrize("prev", [[], {}, 7])
+def test_a_link_that_is_not_a_hash_is_named_not_a_traceback(run: Run, prev: object) -> None:
+    lines = _lines(run)
+    record = json.loads(lines[4])
+    record["prev"] = prev
+    _write(run, [*lines[:4], json.dumps(record).encode(), *lines[5:]])
+    code, out = avo(run, "status")
+    assert code == 1 and "trajectory.jsonl line 5 was edited" in out, out
+    _recover_keeps_every_version(run)
+
+
+def test_a_line_nested_100000_deep_is_named_not_a_traceback(run: Run) -> None:
+    _append(run, b"[" * 100_000 + b"]" * 100_000)
+    code, out = avo(run, "status")
+    assert code == 1 and f"trajectory.jsonl line {len(_lines(run))} is not a JSON record" in out, out
+    _recover_keeps_every_version(run)
+
+
+@pytest.mark.parametrize("names", ["a-submit-by-its-hash", "line-1-by-number"])
+def test_a_recovered_record_of_the_agents_sets_nothing_aside(run: Run, names: str) -> None:
+    # Any `recovered` line set aside the lines it named: one naming step 1's accepted submit had
+    # recover drop v1 to v4; one naming line 1 by number alone hid the start record from every
+    # reader, and no command worked again.
+    lines = _lines(run)
+    n = next(i for i, x in enumerate(lines, 1) if _kind(x) == "submit")
+    item = {"line": n, "sha": line_hash(lines[n - 1])} if names == "a-submit-by-its-hash" else {"line": 1, "sha": "x"}
+    _append(run, json.dumps({"kind": "recovered", "acknowledged": [item]}).encode())
+    _recover_keeps_every_version(run)
+    code, out = avo(run, "log", "--attempts")
+    assert code == 0 and "step   1 accepted v1" in out, out
+
+
+def test_every_repair_stays_in_status_and_the_report(run: Run, tmp_path: Path) -> None:
+    # Deleting a line cannot be prevented (the agent can delete the signed fold too): what
+    # `avo recover` then did is said from then on, by `avo status` and the report.
+    code, out = avo(run, "status")
+    assert code == 0 and "RECORD REPAIRED" not in out
+    lines = _lines(run)
+    assert _kind(lines[3]) == "baseline"
+    _write(run, [*lines[:3], *lines[4:]])  # a baseline's line deleted: step 1's start line follows a gap
+    assert avo(run, "recover")[0] == 0
+    code, out = avo(run, "status")
+    assert code == 0 and "RECORD REPAIRED: `avo recover` ran 1 time(s)" in out, out
+    assert "setting aside 1 trajectory line(s)" in out, out
+    code, data = avo(run, "status", "--json")
+    assert json.loads(data)["repairs"][0]["set_aside"] == 1, data
+    report = tmp_path / "report.html"
+    assert avo(run, "report", "-o", str(report), "--no-plot")[0] == 0
+    page = report.read_text()
+    assert '<section id="repairs"><h2>Record repairs</h2>' in page and "follows a gap" in page
+
+
+def test_a_deleted_confirmation_is_on_the_record_as_a_repair(
+        tmp_path: Path, runs_root: Path, core_plugins: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Not prevented (found 2026-12-06, in every run since the chain): the line of a submit whose
+    # confirmation re-measured the best, deleted, then `avo recover`, takes its re-measurements
+    # out of run.json (the policy's reference moves). The agent can delete the signed fold that
+    # still held them as well; what stays is the repair, in every view.
+    from tests.test_noise import banks_target, set_model
+
+    run = start_run(str(banks_target(tmp_path, monkeypatch, 3)), runs_root, stall_limit=10)
+    set_model(run.paths.work, 1.0, 137)
+    assert submit(run, "noise").outcome == "rejected"
+    assert load_state(run.paths).remeasured
+    lines = _lines(run)
+    n = next(i for i, x in enumerate(lines) if b'"confirm"' in x)
+    _write(run, [*lines[:n], *lines[n + 1:]])
+    code, out = avo(run, "recover")
+    assert code == 0 and "re-measurements {0: [" in out, out
+    code, out = avo(run, "status")
+    assert code == 0 and "RECORD REPAIRED" in out and "    re-measurements {0: [" in out, out
