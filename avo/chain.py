@@ -113,38 +113,48 @@ class _Walk:
     hashes: list[str]
     acks: dict[int, str]  # lines a `recovered` record set aside, by the hash they had
     found: dict[int, str]
-    at: dict[str, list[int]] = field(default_factory=dict)  # each hash's line indexes, ascending
-    on: dict[str, int] = field(default_factory=dict)  # a hash the chain passes through, and where
-    stood: set[int] = field(default_factory=set)  # the line indexes it passes through
+    first: dict[str, int] = field(default_factory=dict)  # each hash's first line index
+    dups: dict[str, list[int]] = field(default_factory=dict)  # a hash on several lines: their indexes
+    stood: bytearray = field(default_factory=bytearray)  # 1 where the chain passes through
     skipped: dict[int, tuple[int, int]] = field(default_factory=dict)  # index: (line after, line before)
 
     def __post_init__(self) -> None:
-        for i, h in enumerate(self.hashes):
-            self.at.setdefault(h, []).append(i)
+        n = len(self.hashes)
+        self.first = dict(zip(reversed(self.hashes), range(n - 1, -1, -1), strict=True))
+        self.stood = bytearray(n)
+        if len(self.first) != n:  # byte-identical lines (copies): only then is each index kept
+            for i, h in enumerate(self.hashes):
+                if self.first[h] != i:
+                    self.dups.setdefault(h, [self.first[h]]).append(i)
+
+    def indexes(self, h: Any) -> list[int]:
+        """The line indexes whose hash is ``h``, ascending."""
+        if not isinstance(h, str) or h not in self.first:
+            return []
+        return self.dups.get(h) or [self.first[h]]
 
     def linked(self, i: int) -> bool:
         r = self.records[i]
         return r is not None and "prev" in r
 
-    def stand(self, i: int) -> None:
-        self.on.setdefault(self.hashes[i], i)
-        self.stood.add(i)
-
-    def before(self, prev: Any, j: int) -> int | None:
+    def before(self, prev: Any, j: int, avos: Callable[[int], bool]) -> int | None:
         """The line ``prev`` names, nearest before line index ``j``: of lines alike byte for byte
-        (a copy), one `avo recover` did not set aside (it chained its own record past that one)."""
-        at = self.at.get(prev, []) if isinstance(prev, str) else []
+        (a copy), one `avo recover` did not set aside (it chained its own record past that one).
+
+        Never one across a line avo signed that is no copy (``avos``): such a link names a copy
+        put in early, its original since edited (a break, not every line between inserted)."""
+        at = self.indexes(prev)
         below = bisect.bisect_left(at, j)
-        for i in reversed(at[:below]):
-            if self.acks.get(i + 1) != self.hashes[i]:
-                return i
-        return at[below - 1] if below else None
+        found = next((i for i in reversed(at[:below]) if self.acks.get(i + 1) != self.hashes[i]),
+                     at[below - 1] if below else None)
+        if found is not None and any(self.hashes[m] not in self.dups and avos(m) for m in range(found + 1, j)):
+            return None
+        return found
 
     def name(self, i: int, what: str) -> None:
         """Name line index ``i``: a copy of a line the chain passes through, else ``what``."""
-        same = self.on.get(self.hashes[i])
-        self.found.setdefault(i + 1, f"is a copy of line {same + 1} (the same bytes)"
-                              if same is not None and same != i else what)
+        same = next((k for k in self.indexes(self.hashes[i]) if self.stood[k] and k != i), None)
+        self.found.setdefault(i + 1, f"is a copy of line {same + 1} (the same bytes)" if same is not None else what)
 
 
 def _walk(w: _Walk, start: int, avos: Callable[[bytes], bool], lines: list[bytes],
@@ -158,18 +168,21 @@ def _walk(w: _Walk, start: int, avos: Callable[[bytes], bool], lines: list[bytes
     avo signed is its own, so the line before it is the edited one; the walk goes on below that
     line without following its (edited) link.
     """
-    records = w.records
+    records, hashes, acks, stood = w.records, w.hashes, w.acks, w.stood
     j = start
     while True:
-        w.stand(j)
+        stood[j] = 1
         r = records[j] or {}
         if "prev" not in r:
             return  # the unchained start of an older run
         prev = r["prev"]
+        if j > 0 and prev == hashes[j - 1] and acks.get(j) != prev:
+            j -= 1  # (the line before: every link of an intact chain, looked up at no cost)
+            continue
         if prev is None:
             w.skipped.update(dict.fromkeys(range(j), (j, -1)))  # before the run's first line
             return
-        k = w.before(prev, j)
+        k = w.before(prev, j, lambda m: avos(lines[m]))
         if k is not None:
             w.skipped.update(dict.fromkeys(range(k + 1, j), (j, k)))
             j = k
@@ -206,7 +219,7 @@ def _past_head(w: _Walk, head: int) -> None:
             continue
         if (w.records[m] or {}).get("prev") == w.hashes[last]:
             last = m
-            w.stand(m)
+            w.stood[m] = 1
             continue
         seq, before = _seq(w.records[m]), _seq(w.records[last])
         older = seq is not None and before is not None and seq <= before
@@ -246,14 +259,14 @@ def verify(data: bytes, head: ChainHead | None, counts: Callable[[bytes], bool] 
     vouched = None
     if head is not None and 0 < head.count <= len(lines) and hashes[head.count - 1] == head.sha:
         vouched = head.count - 1
-    elif head is not None and head.sha in w.at:
-        vouched = w.at[head.sha][-1]
+    elif head is not None and w.indexes(head.sha):
+        vouched = w.indexes(head.sha)[-1]
     # A byte-copy of an earlier line whose hash some line chains to is not the newest link,
     # wherever the head points (a head moved by hand onto a copy appended at the end).
-    links = {r["prev"] for r in records if r is not None and isinstance(r.get("prev"), str)}
+    links = {r["prev"] for r in records if r is not None and isinstance(r.get("prev"), str)} if w.dups else set()
 
     def may_start(i: int) -> bool:
-        return avos(lines[i]) and (w.at[hashes[i]][0] == i or hashes[i] not in links)
+        return avos(lines[i]) and (w.first[hashes[i]] == i or hashes[i] not in links)
 
     newest = range(len(lines) - 1, -1, -1)
     start = vouched if vouched is not None and may_start(vouched) else next(
@@ -263,7 +276,7 @@ def verify(data: bytes, head: ChainHead | None, counts: Callable[[bytes], bool] 
         _walk(w, start, avos, lines, may_start)
         _past_head(w, start)
         for m, (after, before) in sorted(w.skipped.items()):
-            if m + 1 in found or m in w.stood:
+            if m + 1 in found or w.stood[m]:
                 continue
             alone = after == m + 1 and before == m - 1
             w.name(m, "was inserted (the line after it chains to the line before it)" if alone
@@ -272,7 +285,7 @@ def verify(data: bytes, head: ChainHead | None, counts: Callable[[bytes], bool] 
     if head is not None and head.count > len(lines):
         report.head_problem = (f"the last {head.count - len(lines)} line(s) were deleted (run.json's record of "
                                f"the trajectory ends at line {head.count}, the file at line {len(lines)})")
-    elif head is not None and head.count > 0 and hashes[head.count - 1] != head.sha and head.sha not in w.at:
+    elif head is not None and head.count > 0 and hashes[head.count - 1] != head.sha and head.sha not in w.first:
         found.setdefault(head.count, "was edited (run.json's chain head records another hash for it)")
     elif head is None and chained_from is not None:
         report.head_problem = "run.json keeps no chain head, yet the trajectory is chained (run.json replaced?)"

@@ -244,8 +244,8 @@ def trajectory_findings(paths: RunPaths, state: RunState, locked: bool, data: by
                               f"{_num(versions[0].scalar)}")
         if r.get("kind") != "submit":
             continue
-        if isinstance(r.get("step"), int) and not beyond:
-            max_step = max(max_step, r["step"])
+        if isinstance(r.get("step"), int) and not beyond and signatures.counts(report.lines[n - 1]):
+            max_step = max(max_step, r["step"])  # (a step number of the agent's own moves nothing)
         k = r.get("version")
         if r.get("outcome") != "accepted":
             continue

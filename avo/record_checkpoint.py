@@ -182,7 +182,7 @@ def fresh_checkpoint(state: RunState, data: bytes, records: list[dict[str, Any] 
             fold.counters(n, r)
         if r.get("kind") != "submit":
             continue
-        if isinstance(r.get("step"), int):
+        if isinstance(r.get("step"), int) and signatures.counts(lines[n - 1]):
             fold.max_step = max(fold.max_step, r["step"])
         k = r.get("version")
         if r.get("outcome") == "accepted" and isinstance(k, int) and 1 <= k < len(versions):
@@ -283,7 +283,7 @@ def quick_check(paths: RunPaths, state: RunState, data: bytes, *, locked: bool) 
         fold.counters(n, r)
         if r.get("kind") != "submit":
             continue
-        if isinstance(r.get("step"), int):
+        if isinstance(r.get("step"), int) and signatures.counts(line):
             fold.max_step = max(fold.max_step, r["step"])
         k = r.get("version")
         if r.get("outcome") != "accepted":

@@ -135,9 +135,9 @@ def _restore_terms(paths: RunPaths, state: RunState) -> list[str]:
     return notes
 
 
-def _restore_counters(paths: RunPaths, state: RunState) -> list[str]:
-    """Re-measurements and the supervisor's due state, as the trajectory records them (folded as
-    the record check folds them)."""
+def _restore_counters(paths: RunPaths, state: RunState, last_step: int) -> list[str]:
+    """Re-measurements, the supervisor's due state and the steps taken, as the trajectory records
+    them (folded as the record check folds them; ``last_step``: the newest version's)."""
     # The lines the record check skips: broken ones (set aside now or before). Not every line a
     # `recovered` record names: that record may be the agent's, naming an intact line of avo's.
     data = trajectory_bytes(paths)
@@ -145,11 +145,14 @@ def _restore_counters(paths: RunPaths, state: RunState) -> list[str]:
     report = verify(data, state.chain, signatures.counts)
     lines, records = report.lines, report.records
     fold = Fold()
+    steps = [state.steps, last_step]
     for n, r in enumerate(records, 1):
-        if r is None or n in report.problems or n in report.flagged or \
-                not Fold.may_count(r, lines[n - 1], signatures):
-            continue  # broken, or a line avo did not sign claiming counters
-        fold.counters(n, r)
+        if r is None or n in report.problems or n in report.flagged:
+            continue  # broken, or set aside
+        if Fold.may_count(r, lines[n - 1], signatures):  # (not a line avo did not sign claiming counters)
+            fold.counters(n, r)
+        if r.get("kind") == "submit" and isinstance(r.get("step"), int) and signatures.counts(lines[n - 1]):
+            steps.append(r["step"])  # an unsigned line's step 999 ended the run's step budget
     remeasured = fold.remeasured
     due = fold.due[1] if fold.due else None
     notes = []
@@ -160,6 +163,9 @@ def _restore_counters(paths: RunPaths, state: RunState) -> list[str]:
     if due is not None and not state.supervisor.due:
         notes.append(f"the supervisor is due again ({due}): the trajectory records no redirect since")
         state.supervisor.due, state.supervisor.reason = True, due
+    if max(steps) != state.steps:
+        notes.append(f"steps {state.steps} -> {max(steps)} (from the trajectory)")
+        state.steps = max(steps)
     return notes
 
 
@@ -172,18 +178,19 @@ def rebuild_record(paths: RunPaths, state: RunState) -> list[str]:
     notes = refused + _changes(state, versions)
     state.versions, state.best = versions, len(versions) - 1
     notes += _restore_terms(paths, state)
-    notes += _restore_counters(paths, state)
-    steps = [r["step"] for r in read_trajectory(paths) if r.get("kind") == "submit" and isinstance(r.get("step"), int)]
-    new_steps = max([state.steps, versions[-1].step, *steps])
-    if new_steps != state.steps:
-        notes.append(f"steps {state.steps} -> {new_steps} (from the trajectory)")
-        state.steps = new_steps
+    notes += _restore_counters(paths, state, versions[-1].step)
     save_state(paths, state)
     found = trajectory_findings(paths, state, locked=True, data=trajectory_bytes(paths))
     if found.lines or found.unrecorded or found.other:
         acknowledged = [{"line": n, "sha": found.line_hashes[n], "problem": what}
                         for n, what in sorted(found.lines.items())]
         notes += [f"set aside trajectory.jsonl line {a['line']}: it {a['problem']}" for a in acknowledged]
+        records = found.report.records if found.report else []
+        for n in sorted(found.lines):  # what an earlier repair changed stays said, though its record was edited
+            r = records[n - 1] if n <= len(records) else None
+            if r is not None and r.get("kind") == RECOVERED:
+                notes += [f"(line {n}, an earlier repair's record, now reads:) {said}"
+                          for said in r.get("notes") or [] if isinstance(said, str)]
         notes += [f"v{k} has no accepted submit in the trajectory (kept: its commit is in the backup)"
                   for k in found.unrecorded]
         notes += [o for o in found.other if "steps were taken" not in o]

@@ -274,7 +274,8 @@ def status_lines(data: dict[str, Any]) -> list[str]:
         lines.append(f"  RECORD REPAIRED: `avo recover` ran {len(reps)} time(s) (the last after step "
                      f"{reps[-1]['step']}), setting aside {aside} trajectory line(s) edited, inserted or deleted by "
                      "hand; what each repair changed is in `avo log` and the report")
-        changed = [n for r in reps for n in r["notes"] if n.startswith(_CHANGES)]
+        # (an earlier repair's notes, kept by the next one after its record was edited: "(line N, ...) ")
+        changed = [n for r in reps for n in r["notes"] if n.rpartition(":) ")[2].startswith(_CHANGES)]
         lines += [f"    {n}" for n in changed[-3:]]
     if data.get("killed_step"):
         lines.append(f"  the submit of step {data['killed_step']} was killed during its evaluation: the next avo "

@@ -260,6 +260,32 @@ def test_a_recovered_record_of_the_agents_sets_nothing_aside(run: Run, names: st
     assert code == 0 and "step   1 accepted v1" in out, out
 
 
+def test_a_copy_put_in_early_then_its_original_edited_costs_that_line_only(run: Run) -> None:
+    # Third pass: the edited original's successor named the early copy's hash, and the walk
+    # jumped to the copy across every line between (v1 to v4 dropped). A link never skips a
+    # line avo signed that is no copy: it is a break, the edited line set aside with the copy.
+    lines = _lines(run)
+    original = lines[-2]
+    assert _kind(original) == "submit_started"
+    edited = original.replace(b'"step": 4', b'"step":4', 1)
+    _write(run, [lines[0], original, *lines[1:-2], edited, lines[-1]])
+    out = _recover_keeps_every_version(run)
+    assert "set aside trajectory.jsonl line 2:" in out and f"set aside trajectory.jsonl line {len(lines)}:" in out, out
+    assert out.count("set aside trajectory.jsonl line") == 2, out
+
+
+def test_a_step_number_of_the_agents_moves_no_step(run: Run) -> None:
+    # Third pass: an unsigned submit line chained on at the end, "step 999": `avo recover` took
+    # it as the steps taken (the step budget gone), and said nothing in `avo status`.
+    lines = _lines(run)
+    fake = {"kind": "submit", "step": 999, "outcome": "rejected", "seq": json.loads(lines[-1])["seq"] + 1,
+            "prev": line_hash(lines[-1])}
+    _append(run, json.dumps(fake).encode())
+    avo(run, "recover")
+    assert load_state(run.paths).steps == 4
+    assert avo(run, "status")[0] == 0
+
+
 def test_every_repair_stays_in_status_and_the_report(run: Run, tmp_path: Path) -> None:
     # Deleting a line cannot be prevented (the agent can delete the signed fold too): what
     # `avo recover` then did is said from then on, by `avo status` and the report.
@@ -299,3 +325,12 @@ def test_a_deleted_confirmation_is_on_the_record_as_a_repair(
     assert code == 0 and "re-measurements {0: [" in out, out
     code, out = avo(run, "status")
     assert code == 0 and "RECORD REPAIRED" in out and "    re-measurements {0: [" in out, out
+    # Third pass: that repair's own record, edited by hand, was set aside by the next repair and
+    # what it said was gone from every view. The next repair's record says it again.
+    lines = _lines(run)
+    n = max(i for i, x in enumerate(lines) if _kind(x) == "recovered")
+    _write(run, [*lines[:n], lines[n].replace(b"re-measurements {", b"re-measurements  {", 1), *lines[n + 1:]])
+    code, out = avo(run, "recover")
+    assert code == 0 and f"set aside trajectory.jsonl line {n + 1}" in out, out
+    code, out = avo(run, "status")
+    assert code == 0 and "an earlier repair's record, now reads:) re-measurements  {0: [" in out, out
