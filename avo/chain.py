@@ -66,14 +66,15 @@ def link_after(count: int, last_line: bytes) -> dict[str, Any]:
 
 
 def acknowledged(records: list[dict[str, Any] | None], lines: list[bytes] | None = None,
-                 counts: Callable[[bytes], bool] | None = None) -> dict[int, str]:
-    """``{line: hash}`` of every line a ``recovered`` record set aside; with ``counts`` (whether
-    avo signed a line of ``lines``), only the records avo wrote: a ``recovered`` line of the
-    agent's naming avo's accepted submit set it aside, and recover dropped every version."""
+                 counts: Callable[[bytes], bool] | None = None, what: str = "acknowledged") -> dict[int, str]:
+    """``{line: hash}`` of every line a ``recovered`` record set aside (``what="gaps"``: every line
+    it kept though lines before it were deleted); with ``counts`` (whether avo signed a line of
+    ``lines``), only the records avo wrote: a ``recovered`` line of the agent's naming avo's
+    accepted submit set it aside, and recover dropped every version."""
     out: dict[int, str] = {}
     for i, r in enumerate(records):
         if r and r.get("kind") == RECOVERED and (counts is None or lines is None or counts(lines[i])):
-            for item in r.get("acknowledged") or []:
+            for item in r.get(what) or []:
                 if isinstance(item, dict) and isinstance(item.get("line"), int):
                     out[item["line"]] = str(item.get("sha"))
     return out
@@ -87,14 +88,17 @@ class ChainReport:
     records: list[dict[str, Any] | None]
     problems: dict[int, str] = field(default_factory=dict)  # not set aside: the record is broken
     flagged: dict[int, str] = field(default_factory=dict)  # set aside by `avo recover`
+    # Lines of avo's that follow deleted lines, not yet noted by `avo recover` (they stay: only
+    # what was before them is gone; set aside, one deleted line dropped every version after it).
+    gaps: dict[int, str] = field(default_factory=dict)
     head_problem: str | None = None
 
     @property
     def ok(self) -> bool:
-        return not self.problems and self.head_problem is None
+        return not self.problems and not self.gaps and self.head_problem is None
 
     def describe(self) -> list[str]:
-        out = [f"trajectory.jsonl line {n} {what}" for n, what in sorted(self.problems.items())]
+        out = [f"trajectory.jsonl line {n} {what}" for n, what in sorted({**self.problems, **self.gaps}.items())]
         if self.head_problem:
             out.append(f"trajectory.jsonl: {self.head_problem}")
         return out
@@ -113,6 +117,7 @@ class _Walk:
     hashes: list[str]
     acks: dict[int, str]  # lines a `recovered` record set aside, by the hash they had
     found: dict[int, str]
+    gaps: dict[int, str] = field(default_factory=dict)  # lines of avo's after deleted lines
     first: dict[str, int] = field(default_factory=dict)  # each hash's first line index
     dups: dict[str, list[int]] = field(default_factory=dict)  # a hash on several lines: their indexes
     stood: bytearray = field(default_factory=bytearray)  # 1 where the chain passes through
@@ -195,7 +200,7 @@ def _walk(w: _Walk, start: int, avos: Callable[[bytes], bool], lines: list[bytes
             w.found.setdefault(j + 1, "was edited (it chains to no line before it)")
             j -= 1
         elif w.linked(j - 1) and may_start(j - 1) and seq is not None and before is not None and seq > before + 1:
-            w.found.setdefault(j + 1, f"follows a gap: {seq - before - 1} line(s) before it were deleted")
+            w.gaps.setdefault(j + 1, f"follows a gap: {seq - before - 1} line(s) before it were deleted")
             j -= 1
         else:  # avo's link is its own: the line before it is not the one it names
             w.found.setdefault(j, "was edited (the line after it records another hash for it)")
@@ -294,4 +299,6 @@ def verify(data: bytes, head: ChainHead | None, counts: Callable[[bytes], bool] 
             report.flagged[n] = what
         else:
             report.problems[n] = what
+    noted = acknowledged(records, lines, counts, "gaps")
+    report.gaps = {n: what for n, what in w.gaps.items() if n not in found and noted.get(n) != hashes[n - 1]}
     return report

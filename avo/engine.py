@@ -52,6 +52,7 @@ from avo.state import (
     run_json_bytes,
     run_lock,
     save_state,
+    trajectory_bytes,
     validated,
 )
 from avo.step_record import (
@@ -90,6 +91,9 @@ class Run:
     # run.json's bytes as open_run(check=False) parsed them into ``state``, for the mutating
     # function it opened the run for (which takes them once, under the lock).
     opened: bytes | None = None
+    # The trajectory's bytes as open_run's check (without the lock) read them, for what a
+    # read-only command shows (`avo status`'s repairs): not read again.
+    viewed: bytes | None = None
 
     @property
     def lineage(self) -> Lineage:
@@ -383,7 +387,9 @@ def open_run(ref: str | Path | None, runs_root: Path, *, check: bool = True) -> 
     if not check:
         raw = run_json_bytes(paths)
         return Run(paths, parse_state(paths, raw, validate=False), opened=raw)
-    return Run(paths, check_record(paths, load_state(paths), locked=False))
+    state = load_state(paths)
+    data = trajectory_bytes(paths)
+    return Run(paths, check_record(paths, state, locked=False, data=data), viewed=data)
 
 
 def _locked_state(run: Run) -> RunState:

@@ -196,6 +196,7 @@ class TrajectoryFindings:
     """How the trajectory disagrees: per line (chain and content), per version, and the rest."""
 
     lines: dict[int, str] = field(default_factory=dict)
+    gaps: dict[int, str] = field(default_factory=dict)  # lines of avo's after deleted lines (kept)
     line_hashes: dict[int, str] = field(default_factory=dict)
     unrecorded: list[int] = field(default_factory=list)
     other: list[str] = field(default_factory=list)
@@ -204,7 +205,7 @@ class TrajectoryFindings:
     signatures: LineSignatures | None = None  # which of its lines may move the counters
 
     def describe(self) -> list[str]:
-        out = [f"trajectory.jsonl line {n} {what}" for n, what in sorted(self.lines.items())]
+        out = [f"trajectory.jsonl line {n} {what}" for n, what in sorted({**self.lines, **self.gaps}.items())]
         out += [f"run.json's v{k} has no accepted submit in trajectory.jsonl" for k in self.unrecorded]
         return out + self.other
 
@@ -213,7 +214,8 @@ def trajectory_findings(paths: RunPaths, state: RunState, locked: bool, data: by
     """Check the trajectory's chain (``data``, its bytes) and its accepted steps against run.json's versions."""
     signatures = trajectory_signatures(paths, data)
     report = verify(data, state.chain, signatures.counts)
-    found = TrajectoryFindings(dict(report.problems), data=data, report=report, signatures=signatures)
+    found = TrajectoryFindings(dict(report.problems), dict(report.gaps), data=data, report=report,
+                               signatures=signatures)
     if report.head_problem:
         found.other.append(f"trajectory.jsonl: {report.head_problem}")
     head = state.chain.count if state.chain is not None else len(report.lines)
@@ -273,7 +275,7 @@ def trajectory_findings(paths: RunPaths, state: RunState, locked: bool, data: by
         good = [r if n not in report.flagged and n not in report.problems else None
                 for n, r in enumerate(report.records, 1)]
         found.other += _record_problems_elsewhere(state, good, report.lines, signatures)
-    found.line_hashes = {n: line_hash(report.lines[n - 1]) for n in found.lines}
+    found.line_hashes = {n: line_hash(report.lines[n - 1]) for n in (*found.lines, *found.gaps)}
     return found
 
 
@@ -351,7 +353,8 @@ def record_repairs(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     for r in records:
         if r.get("kind") == RECOVERED:
             aside = [a for a in r.get("acknowledged") or [] if isinstance(a, dict)]
-            out.append({"step": r.get("step"), "time": r.get("time"), "set_aside": len(aside),
+            gaps = [g for g in r.get("gaps") or [] if isinstance(g, dict)]
+            out.append({"step": r.get("step"), "time": r.get("time"), "set_aside": len(aside), "gaps": len(gaps),
                         "notes": [str(n) for n in r.get("notes") or []]})
     return out
 

@@ -181,10 +181,13 @@ def rebuild_record(paths: RunPaths, state: RunState) -> list[str]:
     notes += _restore_counters(paths, state, versions[-1].step)
     save_state(paths, state)
     found = trajectory_findings(paths, state, locked=True, data=trajectory_bytes(paths))
-    if found.lines or found.unrecorded or found.other:
+    if found.lines or found.gaps or found.unrecorded or found.other:
         acknowledged = [{"line": n, "sha": found.line_hashes[n], "problem": what}
                         for n, what in sorted(found.lines.items())]
+        gaps = [{"line": n, "sha": found.line_hashes[n], "problem": what} for n, what in sorted(found.gaps.items())]
         notes += [f"set aside trajectory.jsonl line {a['line']}: it {a['problem']}" for a in acknowledged]
+        notes += [f"trajectory.jsonl line {g['line']} {g['problem']}: those are lost; it is avo's and kept"
+                  for g in gaps]
         records = found.report.records if found.report else []
         for n in sorted(found.lines):  # what an earlier repair changed stays said, though its record was edited
             r = records[n - 1] if n <= len(records) else None
@@ -196,7 +199,7 @@ def rebuild_record(paths: RunPaths, state: RunState) -> list[str]:
         notes += [o for o in found.other if "steps were taken" not in o]
         count = sum(1 for r in read_trajectory(paths) if r.get("kind") == RECOVERED)
         append_trajectory(paths, {"kind": RECOVERED, "id": f"recovered-{count + 1}", "step": state.steps,
-                                  "acknowledged": acknowledged, "unrecorded_versions": found.unrecorded,
+                                  "acknowledged": acknowledged, "gaps": gaps, "unrecorded_versions": found.unrecorded,
                                   "versions": len(versions), "best": state.best, "notes": notes}, whole=True,
                           aside=set(found.report.problems) if found.report else ())
     return notes

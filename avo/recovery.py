@@ -271,9 +271,10 @@ def _tail_damage(paths: RunPaths, state: RunState) -> str | None:
         if (b'"submit"' in line or NOT_RUN.encode() in line) and line_signed(key, line) and n not in report.problems:
             settled = n
             break
-    broken = sorted(n for n in report.problems if n > settled)
+    named = {**report.problems, **report.gaps}
+    broken = sorted(n for n in named if n > settled)
     if broken:
-        return f"line {broken[0]} {report.problems[broken[0]]}"
+        return f"line {broken[0]} {named[broken[0]]}"
     if torn.strip():
         return "its last line was cut off"
     return None

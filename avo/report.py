@@ -278,7 +278,8 @@ def _repairs(records: list[dict[str, Any]]) -> str:
     reps = record_repairs(records)
     if not reps:
         return ""
-    items = "".join(f"<li>after step {_e(r['step'])}: {_e(r['set_aside'])} line(s) set aside"
+    items = "".join(f"<li>after step {_e(r['step'])}: {_e(r['set_aside'])} line(s) set aside, {_e(r['gaps'])} "
+                    "place(s) where lines were deleted"
                     + ("<ul>" + "".join(f"<li>{_e(n)}</li>" for n in r["notes"]) + "</ul>" if r["notes"] else "")
                     + "</li>" for r in reps)
     return ('<section id="repairs"><h2>Record repairs</h2><p>The record was edited by hand and repaired by '

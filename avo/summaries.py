@@ -234,7 +234,7 @@ def status_dict(run: Run, dirty: bool | None) -> dict[str, Any]:
         "usage": s.usage,
         "digits": display_digits(s),
         "matches": sum(1 for v in s.versions[1:] if not v.new_best),
-        "repairs": record_repairs(read_trajectory(run.paths, mentioning=f'"{RECOVERED}"'.encode())),
+        "repairs": record_repairs(read_trajectory(run.paths, mentioning=f'"{RECOVERED}"'.encode(), data=run.viewed)),
     }
 
 
@@ -270,10 +270,11 @@ def status_lines(data: dict[str, Any]) -> list[str]:
         lines.append("  a supervisor redirect is pending for the next step")
     if data.get("repairs"):
         reps = data["repairs"]
-        aside = sum(r["set_aside"] for r in reps)
+        aside, gaps = sum(r["set_aside"] for r in reps), sum(r.get("gaps", 0) for r in reps)
         lines.append(f"  RECORD REPAIRED: `avo recover` ran {len(reps)} time(s) (the last after step "
-                     f"{reps[-1]['step']}), setting aside {aside} trajectory line(s) edited, inserted or deleted by "
-                     "hand; what each repair changed is in `avo log` and the report")
+                     f"{reps[-1]['step']}): {aside} trajectory line(s) edited, inserted or copied by hand set aside, "
+                     f"{gaps} place(s) where lines were deleted; what each repair changed is in `avo log` and the "
+                     "report")
         # (an earlier repair's notes, kept by the next one after its record was edited: "(line N, ...) ")
         changed = [n for r in reps for n in r["notes"] if n.rpartition(":) ")[2].startswith(_CHANGES)]
         lines += [f"    {n}" for n in changed[-3:]]

@@ -274,6 +274,25 @@ def test_a_copy_put_in_early_then_its_original_edited_costs_that_line_only(run: 
     assert out.count("set aside trajectory.jsonl line") == 2, out
 
 
+@pytest.mark.parametrize("deleted", ["step-4-start", "step-2-start"])
+def test_a_deleted_line_costs_that_line_only(run: Run, deleted: str) -> None:
+    # The line after a deleted one "followed a gap" and was set aside with it: deleting the start
+    # line of an accepted submit dropped that version and, no accepted submit of avo's recording
+    # it, every version after it ("best v4 -> v1"). That line is avo's: it stays.
+    lines = _lines(run)
+    k = len(lines) - 2 if deleted == "step-4-start" else 6
+    assert _kind(lines[k]) == "submit_started" and _kind(lines[k + 1]) == "submit"
+    _write(run, [*lines[:k], *lines[k + 1:]])
+    code, out = avo(run, "status")
+    assert code == 1 and f"trajectory.jsonl line {k + 1} follows a gap: 1 line(s) before it were deleted" in out, out
+    out = _recover_keeps_every_version(run)
+    assert f"trajectory.jsonl line {k + 1} follows a gap: 1 line(s) before it were deleted: those are lost; it is " \
+        "avo's and kept" in out, out
+    assert "set aside" not in out, out
+    code, out = avo(run, "log", "--attempts")
+    assert code == 0 and "step   4 accepted v4" in out and "step   2 accepted v2" in out, out
+
+
 def test_a_step_number_of_the_agents_moves_no_step(run: Run) -> None:
     # Third pass: an unsigned submit line chained on at the end, "step 999": `avo recover` took
     # it as the steps taken (the step budget gone), and said nothing in `avo status`.
@@ -297,9 +316,10 @@ def test_every_repair_stays_in_status_and_the_report(run: Run, tmp_path: Path) -
     assert avo(run, "recover")[0] == 0
     code, out = avo(run, "status")
     assert code == 0 and "RECORD REPAIRED: `avo recover` ran 1 time(s)" in out, out
-    assert "setting aside 1 trajectory line(s)" in out, out
+    assert "0 trajectory line(s) edited, inserted or copied by hand set aside, 1 place(s) where lines were " \
+        "deleted" in out, out
     code, data = avo(run, "status", "--json")
-    assert json.loads(data)["repairs"][0]["set_aside"] == 1, data
+    assert json.loads(data)["repairs"][0]["gaps"] == 1, data
     report = tmp_path / "report.html"
     assert avo(run, "report", "-o", str(report), "--no-plot")[0] == 0
     page = report.read_text()
