@@ -346,7 +346,8 @@ def check_record(paths: RunPaths, state: RunState, *, locked: bool, data: bytes 
 
 def record_repairs(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each time ``avo recover`` repaired the record (its ``recovered`` records, in order): after
-    which step, how many lines it set aside, and what it changed (its notes). A same-user agent
+    which step, how many lines it set aside, after how many lines of avo's it found lines deleted
+    (``gaps``), and what it changed (its notes). A same-user agent
     can edit or delete any record; a repair is how such an edit stays on the record, so every
     view of a run says there were some."""
     out = []

@@ -19,7 +19,7 @@ import json
 import os
 import re
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -177,8 +177,15 @@ def trajectory_signatures(paths: RunPaths, data: bytes) -> LineSignatures:
     the lines that can hold a start record are parsed)."""
     from avo.chain import parse
 
-    starts = (parse(line) for line in data.split(b"\n") if b'"start"' in line)
-    return LineSignatures(paths, first_line(data), started_signed(starts))
+    def starts() -> Iterator[dict[str, Any] | None]:
+        at = data.find(b'"start"')
+        while at != -1:
+            begin, end = data.rfind(b"\n", 0, at) + 1, data.find(b"\n", at)
+            end = len(data) if end == -1 else end
+            yield parse(data[begin:end])
+            at = data.find(b'"start"', end)
+
+    return LineSignatures(paths, first_line(data), started_signed(starts()))
 
 
 def first_line(data: bytes) -> bytes | None:
