@@ -119,14 +119,20 @@ def test_a_killed_submit_whose_journal_was_deleted_is_still_recorded(noisy_run: 
     assert "its journal (pending.json) was deleted" in first["reason"]
 
 
+def _killed_before_commit_point(toy: Path, runs_root: Path, x: float, kind: str) -> Run:
+    """A toy run whose first submit (X = ``x``) was killed after its decision's journal (``kind``)."""
+    run = start_run(str(toy), runs_root)
+    set_constants(run.paths.work, x=x)
+    killed_submit(run.paths.root, "save_state", 1)
+    assert journal_of(run)["kind"] == kind
+    return run
+
+
 def test_a_rejection_killed_before_its_commit_point_is_recorded_as_the_rejection(
         toy: Path, runs_root: Path, core_plugins: None) -> None:
     # Killed between its decision's journal and run.json (where an agent watching the journal
     # would kill a rejection): it was decided, so it is recorded as decided, work/ reset.
-    run = start_run(str(toy), runs_root)
-    set_constants(run.paths.work, x=0)
-    killed_submit(run.paths.root, "save_state", 1)
-    assert journal_of(run)["kind"] == "reject"
+    run = _killed_before_commit_point(toy, runs_root, 0, "reject")
     set_constants(run.paths.work, x=6)  # the agent goes on working after the kill
     with pytest.raises(AvoError, match="nothing to submit"):  # work/ was reset to v0 first
         submit(open_run(run.paths.root, runs_root), "X=6")
@@ -141,10 +147,7 @@ def test_a_rejection_killed_before_its_commit_point_is_recorded_as_the_rejection
 
 def test_an_acceptance_killed_before_its_commit_point_uses_its_step_and_keeps_the_candidate(
         toy: Path, runs_root: Path, core_plugins: None) -> None:
-    run = start_run(str(toy), runs_root)
-    set_constants(run.paths.work, x=5)
-    killed_submit(run.paths.root, "save_state", 1)
-    assert journal_of(run)["kind"] == "accept"
+    run = _killed_before_commit_point(toy, runs_root, 5, "accept")
     reopened = open_run(run.paths.root, runs_root)
     out = submit(reopened, "X=5 again")
     assert any("step 1 is recorded as interrupted" in n for n in out.notes), out.notes
