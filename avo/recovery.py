@@ -178,17 +178,23 @@ def _finish_journal(run: Run, notes: list[str]) -> None:
     if state.steps < step and journal["kind"] == "accept":
         lineage.move_branch(state.best_version.sha)  # the work tree keeps the candidate
         body = {key: record.get(key) for key in ("step", "message", "tree", "best_before", "migrant", "usage")}
-        draws = (record.get("confirm") or {}).get("candidate_draws") or []
+        confirmed = record.get("confirm") or {}
+        draws = [d for key in ("candidate_draws", "best_draws") if isinstance(confirmed.get(key), list)
+                 for d in confirmed[key]]
         why = (f"the submit was accepted at {fmt_number(record.get('scalar'))} but killed before its version "
                "was written to run.json; submit it again")
         notes.append(record_interrupted(run, {**body, "measured": journal.get("measured", record.get("tree"))},
-                                         draws if isinstance(draws, list) else [], why))
+                                         draws, why))
         return
     newly_due = False  # the supervisor made due by this step: its line follows the record
     if state.steps < step:  # a rejection killed before its commit point: it was decided, so it is recorded
         was_due = state.supervisor.due
         count_step(state, step, record.get("usage") if isinstance(record.get("usage"), dict) else None)
         count_not_accepted(state, step, str(record.get("outcome")), str(record.get("fingerprint")))
+        # Its confirmation's draws of the best are in its record: run.json counts them as submit does.
+        best_runs = (record.get("confirm") or {}).get("best")
+        if isinstance(best_runs, list) and best_runs and isinstance(record.get("best_before"), int):
+            state.remeasured.setdefault(record["best_before"], []).extend(best_runs)
         save_state(paths, state)
         newly_due = state.supervisor.due and not was_due
     # Its record in the trajectory: the submit was finished (the reset came before the

@@ -25,6 +25,7 @@ STARTED = "submit_started"  # the trajectory's kind for a submit whose evaluatio
 NOT_RUN = "submit_not_run"  # ... and for one whose first job was refused before it ran anything
 # A git argument taken from a record is only ever an object id (never an option such as --output=FILE).
 OBJECT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+BEST_DRAW = re.compile(r"confirm\d+-best")  # the label engine._confirm_runs gives a re-measurement of the best
 
 
 def write_journal(paths: RunPaths, body: dict[str, Any], *, synced: bool = True) -> None:
@@ -130,9 +131,9 @@ def record_interrupted(run: Run, body: dict[str, Any], draws: list[dict[str, Any
     """Record a submit that ended before its decision as step ``body["step"]``, interrupted.
 
     It used a step (its draws were seen: a kill must cost what a rejection costs) and counts
-    for nothing else: no decision, no re-measurement of the best, no failure. Its diff goes to
-    rejected/; work/ keeps the candidate (a reset would destroy edits made since). Returns the
-    sentence that says so, for the caller's message.
+    for nothing else but the best's re-measurements it finished: no decision, no failure. Its
+    diff goes to rejected/; work/ keeps the candidate (a reset would destroy edits made since).
+    Returns the sentence that says so, for the caller's message.
     """
     paths, state, lineage = run.paths, run.state, run.lineage
     step = body["step"]
@@ -161,6 +162,14 @@ def record_interrupted(run: Run, body: dict[str, Any], draws: list[dict[str, Any
     for key in ("migrant", "usage"):
         if body.get(key):
             record[key] = body[key]
+    # The best's finished re-measurements count however the submit ended: left out, an agent
+    # could kill each confirmation whose draws of the best came out high and let the low ones
+    # count, lowering the reference every first look compares with (red team, round 15).
+    best_draws = [d for d in draws if isinstance(d, dict) and BEST_DRAW.fullmatch(str(d.get("label")))
+                  and isinstance(d.get("scalar"), (int, float)) and not isinstance(d.get("scalar"), bool)]
+    if best_draws and isinstance(best_before, int):
+        record["confirm"] = {"best": [d["scalar"] for d in best_draws], "best_draws": best_draws}
+        state.remeasured.setdefault(best_before, []).extend(d["scalar"] for d in best_draws)
     since = body.get("time")
     if isinstance(since, (int, float)) and paths.logs.is_dir():
         # A draw that finished as the submit was killed is in its log before the journal has it:
@@ -176,9 +185,11 @@ def record_interrupted(run: Run, body: dict[str, Any], draws: list[dict[str, Any
     paths.journal.unlink(missing_ok=True)
     if state.supervisor.due and not was_due:
         append_trajectory(paths, {"kind": "supervisor_due", "step": step, "reason": state.supervisor.reason})
+    counted = (f"; the {len(best_draws)} re-measurement(s) of v{best_before} it finished count"
+               if "confirm" in record else "")
     return (f"step {step} is recorded as interrupted, with the {len(draws)} draw(s) it had and its diff "
             f"({record['diff']}; `avo log --attempts`): a submit that began its evaluation uses its step "
-            "however it ends; work/ keeps the candidate")
+            f"however it ends; work/ keeps the candidate{counted}")
 
 
 def kept_files_folder(diff_path: Path) -> Path:

@@ -346,3 +346,52 @@ def test_a_replayed_confirmation_line_does_not_add_remeasurements_of_the_best(
         _recover(run)
         assert load_state(run.paths).remeasured == genuine
     assert open_run(run.paths.root, runs_root).state.remeasured == genuine
+
+
+def _remeasured_draws(records: list[dict[str, Any]]) -> list[float]:
+    return [x for r in records for x in (r.get("confirm") or {}).get("best") or []]
+
+
+def test_the_bests_finished_remeasurements_count_when_the_submit_is_killed(noisy_run: Run, runs_root: Path) -> None:
+    # Red team, round 15: a killed submit counted none of its re-measurements of the best, so an
+    # agent could kill each confirmation whose draws of the best came out high and let the low
+    # ones count, lowering the reference every first look compares with (an unchanged candidate
+    # was accepted at +5.15 %). Now every draw of the best it finished counts, kill or not.
+    run = noisy_run
+    killed_submit(run.paths.root, "_finish", 3)  # the 3rd draw arrives: step1 and confirm0-best journalled
+    drawn = journal_of(run)["draws"]
+    assert [d["label"] for d in drawn] == ["step1", "confirm0-best"]
+    out = _recover(run)
+    assert "the 1 re-measurement(s) of v0 it finished count" in out, out
+    [record] = submits(run)
+    assert record["outcome"] == "interrupted" and record["confirm"]["best"] == [drawn[1]["scalar"]]
+    assert load_state(run.paths).remeasured == {0: [drawn[1]["scalar"]]}
+    # The record check agrees (run.json against the signed lines), and a second repair adds nothing.
+    reopened = open_run(run.paths.root, runs_root)
+    assert reopened.state.remeasured == {0: [drawn[1]["scalar"]]}
+    _recover(run)
+    assert load_state(run.paths).remeasured == {0: [drawn[1]["scalar"]]}
+
+
+@pytest.mark.parametrize(("quality", "kind"), [(1.05, "accept"), (1.0, "reject")])
+def test_a_confirmation_killed_before_its_commit_point_counts_its_draws_of_the_best(
+        noisy_run: Run, runs_root: Path, quality: float, kind: str) -> None:
+    # Killed between its decision's journal and run.json, a confirmed acceptance (recorded as
+    # interrupted) left its draws of the best out (round 15); a confirmed rejection recorded them in
+    # the trajectory but not in run.json, and every command then refused the run until `avo recover`.
+    run = noisy_run
+    set_model(run.paths.work, quality)
+    killed_submit(run.paths.root, "save_state", 1)
+    journal = journal_of(run)
+    assert journal["kind"] == kind
+    best = journal["record"]["confirm"]["best"]
+    assert len(best) == 3
+    from avo.recovery import recover
+    from avo.state import run_lock
+
+    reopened = open_run(run.paths.root, runs_root, check=False)
+    with run_lock(reopened.paths):
+        recover(reopened)
+    assert load_state(run.paths).remeasured == {0: best}
+    assert _remeasured_draws(submits(run)) == best
+    assert open_run(run.paths.root, runs_root).state.steps == 1
