@@ -163,7 +163,7 @@ class _Walk:
 
 
 def _walk(w: _Walk, start: int, avos: Callable[[bytes], bool], lines: list[bytes],
-          may_start: Callable[[int], bool]) -> None:
+          may_start: Callable[[int], bool], signed: bool) -> None:
     """Follow ``prev`` back from line index ``start`` (the head's line), naming what the chain
     skips (inserted or copied lines) and where it breaks (an edited or deleted line).
 
@@ -171,7 +171,8 @@ def _walk(w: _Walk, start: int, avos: Callable[[bytes], bool], lines: list[bytes
     the end does not chain to the line before it, and blaming that line (avo's newest) made
     `avo recover` set it aside and drop its version. Where the chain breaks, a link of a line
     avo signed is its own, so the line before it is the edited one; the walk goes on below that
-    line without following its (edited) link.
+    line without following its (edited) link. ``signed``: the run's lines carry avo's signature
+    (a line that still has it was not edited: put there from elsewhere).
     """
     records, hashes, acks, stood = w.records, w.hashes, w.acks, w.stood
     j = start
@@ -183,6 +184,13 @@ def _walk(w: _Walk, start: int, avos: Callable[[bytes], bool], lines: list[bytes
         prev = r["prev"]
         if j > 0 and prev == hashes[j - 1] and acks.get(j) != prev:
             j -= 1  # (the line before: every link of an intact chain, looked up at no cost)
+            continue
+        k = j - 1
+        while k >= 0 and acks.get(k + 1) == hashes[k]:
+            k -= 1  # lines a repair set aside right below: `avo recover` chains its record past them
+        if k < j - 1 and k >= 0 and prev == hashes[k]:
+            w.skipped.update(dict.fromkeys(range(k + 1, j), (j, k)))
+            j = k
             continue
         if prev is None:
             w.skipped.update(dict.fromkeys(range(j), (j, -1)))  # before the run's first line
@@ -203,7 +211,9 @@ def _walk(w: _Walk, start: int, avos: Callable[[bytes], bool], lines: list[bytes
             w.gaps.setdefault(j + 1, f"follows a gap: {seq - before - 1} line(s) before it were deleted")
             j -= 1
         else:  # avo's link is its own: the line before it is not the one it names
-            w.found.setdefault(j, "was edited (the line after it records another hash for it)")
+            w.found.setdefault(j, "is out of place (avo's, unedited, but the line after it chains past it: moved?)"
+                               if signed and avos(lines[j - 1])
+                               else "was edited (the line after it records another hash for it)")
             j -= 2
         # Past a break the walk goes on only from a line of avo's that is no copy: a line put there
         # by hand must not steer it with its link (one numbered 0 made every line before it "inserted").
@@ -258,14 +268,15 @@ def verify(data: bytes, head: ChainHead | None, counts: Callable[[bytes], bool] 
             chained_from = i
     avos = counts or (lambda line: True)
     acks = acknowledged(records, lines, counts)
-    w = _Walk(records, hashes, acks, found)
+    w = _Walk(records, hashes, acks, dict(found))
     # Where the walk starts: the line the head vouches for (at its count, else the last of that
     # hash), if it is avo's and no copy; else the newest such line; else the last chained line.
     vouched = None
+    moved = False
     if head is not None and 0 < head.count <= len(lines) and hashes[head.count - 1] == head.sha:
         vouched = head.count - 1
     elif head is not None and w.indexes(head.sha):
-        vouched = w.indexes(head.sha)[-1]
+        vouched, moved = w.indexes(head.sha)[-1], True
     # A byte-copy of an earlier line whose hash some line chains to is not the newest link,
     # wherever the head points (a head moved by hand onto a copy appended at the end).
     links = {r["prev"] for r in records if r is not None and isinstance(r.get("prev"), str)} if w.dups else set()
@@ -274,19 +285,35 @@ def verify(data: bytes, head: ChainHead | None, counts: Callable[[bytes], bool] 
         return avos(lines[i]) and (w.first[hashes[i]] == i or hashes[i] not in links)
 
     newest = range(len(lines) - 1, -1, -1)
-    start = vouched if vouched is not None and may_start(vouched) else next(
-        (i for i in newest if w.linked(i) and may_start(i)),
-        vouched if vouched is not None else next((i for i in newest if w.linked(i)), None))
-    if start is not None and chained_from is not None and start >= chained_from:
-        _walk(w, start, avos, lines, may_start)
-        _past_head(w, start)
-        for m, (after, before) in sorted(w.skipped.items()):
-            if m + 1 in found or w.stood[m]:
+    latest = next((i for i in newest if w.linked(i) and may_start(i)), None)
+    start = vouched if vouched is not None and may_start(vouched) else (
+        latest if latest is not None else vouched if vouched is not None else next(
+            (i for i in newest if w.linked(i)), None))
+
+    def walked(start: int) -> _Walk:
+        walk = _Walk(records, hashes, acks, dict(found))
+        _walk(walk, start, avos, lines, may_start, counts is not None)
+        _past_head(walk, start)
+        for m, (after, before) in sorted(walk.skipped.items()):
+            if m + 1 in walk.found or walk.stood[m]:
                 continue
             alone = after == m + 1 and before == m - 1
-            w.name(m, "was inserted (the line after it chains to the line before it)" if alone
-                   else f"was inserted (line {after + 1} chains past it, to line {before + 1})" if before >= 0
-                   else f"was inserted before the run's first line (line {after + 1})")
+            walk.name(m, "was inserted (the line after it chains to the line before it)" if alone
+                      else f"was inserted (line {after + 1} chains past it, to line {before + 1})" if before >= 0
+                      else f"was inserted before the run's first line (line {after + 1})")
+        return walk
+
+    if start is not None and chained_from is not None and start >= chained_from:
+        w = walked(start)
+        if moved and latest is not None and latest != start:
+            # The head's line is not where run.json counts it: lines inserted or deleted before it
+            # shift it, but so does moving it up (avo's lines after it were then all "out of place"
+            # and `avo recover` dropped every version after it: red team, round 15). The walk from
+            # the newest line of avo's is the other reading; the one that breaks fewer lines stands.
+            other = walked(latest)
+            if len(other.found) < len(w.found):
+                w = other
+    found = w.found
     if head is not None and head.count > len(lines):
         report.head_problem = (f"the last {head.count - len(lines)} line(s) were deleted (run.json's record of "
                                f"the trajectory ends at line {head.count}, the file at line {len(lines)})")

@@ -354,3 +354,31 @@ def test_a_deleted_confirmation_is_on_the_record_as_a_repair(
     assert code == 0 and f"set aside trajectory.jsonl line {n + 1}" in out, out
     code, out = avo(run, "status")
     assert code == 0 and "an earlier repair's record, now reads:) re-measurements  {0: [" in out, out
+
+
+# -- red team, round 15 (2026-12-06): a line of avo's moved, not copied ---------------------------
+
+
+@pytest.mark.parametrize("how", ["newest-up", "early-down"])
+def test_a_moved_line_of_avos_is_the_only_one_set_aside(run: Run, how: str) -> None:
+    # The newest line (a free `avo eval`'s, signed) moved up to line 3, nothing edited, copied or
+    # deleted: the walk started from it (run.json's head vouches for its hash), so every line of
+    # avo's after it was "out of place" and `avo recover` dropped every version (best v4 -> v0,
+    # in two rounds). An early line moved to the end must not be the start instead.
+    code, out = avo(run, "eval")
+    assert code == 0, out
+    lines = _lines(run)
+    assert _kind(lines[-1]) == "eval"
+    if how == "newest-up":
+        moved, at = lines[-1], 3
+        _write(run, [*lines[:2], moved, *lines[2:-1]])
+    else:
+        k = next(i for i, x in enumerate(lines) if _kind(x) == "submit_started")  # step 1's start
+        moved, at = lines[k], len(lines)
+        _write(run, [*lines[:k], *lines[k + 1:], moved])
+    code, out = avo(run, "status")
+    assert code == 1 and f"trajectory.jsonl line {at} is out of place" in out, out
+    # (moved down, the line after its old place also reads as following a gap: avo's, kept)
+    assert out.count("trajectory.jsonl line") == (1 if how == "newest-up" else 2), out
+    out = _recover_keeps_every_version(run)
+    assert out.count("set aside trajectory.jsonl line") == 1 and f"set aside trajectory.jsonl line {at}:" in out, out
