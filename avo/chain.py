@@ -185,12 +185,12 @@ def _walk(w: _Walk, start: int, avos: Callable[[bytes], bool], lines: list[bytes
         if j > 0 and prev == hashes[j - 1] and acks.get(j) != prev:
             j -= 1  # (the line before: every link of an intact chain, looked up at no cost)
             continue
-        k = j - 1
-        while k >= 0 and acks.get(k + 1) == hashes[k]:
-            k -= 1  # lines a repair set aside right below: `avo recover` chains its record past them
-        if k < j - 1 and k >= 0 and prev == hashes[k]:
-            w.skipped.update(dict.fromkeys(range(k + 1, j), (j, k)))
-            j = k
+        below = j - 1
+        while below >= 0 and acks.get(below + 1) == hashes[below]:
+            below -= 1  # lines a repair set aside right below: `avo recover` chains its record past them
+        if below < j - 1 and below >= 0 and prev == hashes[below]:
+            w.skipped.update(dict.fromkeys(range(below + 1, j), (j, below)))
+            j = below
             continue
         if prev is None:
             w.skipped.update(dict.fromkeys(range(j), (j, -1)))  # before the run's first line
