@@ -265,7 +265,7 @@ def quick_check(paths: RunPaths, state: RunState, data: bytes, *, locked: bool) 
         return None
     fold = Fold(set(cp.fold.accepted), set(cp.fold.excused), cp.fold.max_step,
                 {k: list(v) for k, v in cp.fold.remeasured.items()}, cp.fold.due, cp.fold.start_seen,
-                cp.fold.start_terms)
+                cp.fold.start_terms, set(cp.fold.confirmed))
     prev = cp.last
     # The start record is in the verified prefix (avo writes it first): its terms are the fold's.
     signatures = LineSignatures(paths, first_line(data), says_signed(fold.start_terms))

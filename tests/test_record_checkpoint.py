@@ -12,6 +12,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from avo.engine import open_run, start_run, submit
 from avo.record_checkpoint import checkpoint_path, load_checkpoint, quick_check
 from avo.run_key import key_path
@@ -225,3 +227,21 @@ def test_partial_reads_of_the_trajectory_agree_with_a_whole_read(
     assert json.loads(line) not in kept
     assert recent_records(paths, ATTEMPT_NEEDLES, _is_attempt, 5) == kept[-5:]
     assert json.loads(line) not in read_trajectory(paths, mentioning=json.loads(line)["tree"].encode())
+
+
+def test_the_quick_check_keeps_the_steps_whose_confirmation_was_counted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, runs_root: Path, core_plugins: None) -> None:
+    # Red team, round ten (a defect, not a hole: a line counted twice must still chain): the
+    # quick check rebuilt the fold without the steps whose confirmation it had counted, so the
+    # checkpoint it saved forgot them.
+    from tests.test_noise import banks_target, set_model
+
+    run = start_run(str(banks_target(tmp_path, monkeypatch, 3)), runs_root)
+    set_model(run.paths.work, 1.02)  # inside the band: confirmed
+    submit(run, "inside the band")
+    assert load_state(run.paths).remeasured
+    for quality in (1.01, 1.03):  # two more submits: each command's check starts from the checkpoint
+        set_model(run.paths.work, quality)
+        submit(open_run(run.paths.root, runs_root), f"quality {quality}")
+    cp = load_checkpoint(run.paths, load_state(run.paths))
+    assert cp is not None and {1, 2} <= cp.fold.confirmed, cp.fold
