@@ -225,16 +225,23 @@ def _walk(w: _Walk, start: int, avos: Callable[[bytes], bool], lines: list[bytes
             return
 
 
-def _past_head(w: _Walk, head: int) -> None:
-    """Lines after the head's: each must chain to the one before it (a command killed between its
-    append and the head's move leaves such lines); any other is a stranger, whatever it copies."""
-    last = head
+def _past_head(w: _Walk, head: int, avos: Callable[[int], bool]) -> None:
+    """Lines after the head's: each must chain to the line before it or to the newest line of
+    avo's before it (a command killed between its append and the head's move leaves such lines);
+    any other is a stranger, whatever it copies. A line of the agent's chained in after the head
+    must not end the chain alone: taken as its end, it made avo's lines after it strangers, and
+    `avo recover` dropped every version (red team, round ten)."""
+    last = ours = head  # the newest line taken in, and the newest of avo's
     for m in range(head + 1, len(w.records)):
         if not w.linked(m):
             continue
-        if (w.records[m] or {}).get("prev") == w.hashes[last]:
-            last = m
+        # (avo chains its next line to whatever ends the file, a line of the agent's too; a line
+        # of the agent's taken in is named by what it claims, by the record check)
+        if (w.records[m] or {}).get("prev") in (w.hashes[last], w.hashes[ours]):
             w.stood[m] = 1
+            last = m
+            if avos(m):
+                ours = m
             continue
         seq, before = _seq(w.records[m]), _seq(w.records[last])
         older = seq is not None and before is not None and seq <= before
@@ -293,7 +300,7 @@ def verify(data: bytes, head: ChainHead | None, counts: Callable[[bytes], bool] 
     def walked(start: int) -> _Walk:
         walk = _Walk(records, hashes, acks, dict(found))
         _walk(walk, start, avos, lines, may_start, counts is not None)
-        _past_head(walk, start)
+        _past_head(walk, start, lambda m: avos(lines[m]))
         for m, (after, before) in sorted(walk.skipped.items()):
             if m + 1 in walk.found or walk.stood[m]:
                 continue
@@ -308,10 +315,12 @@ def verify(data: bytes, head: ChainHead | None, counts: Callable[[bytes], bool] 
         if moved and latest is not None and latest != start:
             # The head's line is not where run.json counts it: lines inserted or deleted before it
             # shift it, but so does moving it up (avo's lines after it were then all "out of place"
-            # and `avo recover` dropped every version after it: red team, round 15). The walk from
-            # the newest line of avo's is the other reading; the one that breaks fewer lines stands.
+            # and `avo recover` dropped every version after it: red team, round ten). The walk from
+            # the newest line of avo's is the other reading; the one that breaks fewer of avo's
+            # lines stands.
             other = walked(latest)
-            if len(other.found) < len(w.found):
+            # Only avo's lines weigh: lines of the agent's would tip the choice at will.
+            if sum(avos(lines[n - 1]) for n in other.found) < sum(avos(lines[n - 1]) for n in w.found):
                 w = other
     found = w.found
     if head is not None and head.count > len(lines):

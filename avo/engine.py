@@ -797,16 +797,18 @@ def _confirm_runs(run: Run, tree: str, measured: list[Evaluation], drawn: Callab
             if done[-1].scalar is None:
                 break
     cand = [e for e in measured if e.scalar is not None]
-    best: list[Evaluation] = []
     errors: list[str] = []
     for b, c in zip(done[0::2], done[1::2], strict=False):
         if b.scalar is None or c.scalar is None:
             errors.append((b.result.error if b.scalar is None else c.result.error) or "failed")
             break
-        best.append(b)
         cand.append(c)
     if not errors and len(done) % 2 and done[-1].scalar is None:
         errors.append(done[-1].result.error or "failed")
+    # Every draw of the best that finished counts, its pair's fate aside: kept only with a
+    # finished pair, a draw that came out high could be dropped by killing its candidate's
+    # evaluator (red team, round ten). A decision is taken only on complete pairs (no error).
+    best = [b for b in done[0::2] if b.scalar is not None]
     return cand, best, errors
 
 

@@ -175,7 +175,17 @@ def _finish_journal(run: Run, notes: list[str]) -> None:
         paths.journal.unlink(missing_ok=True)
         return
     record = journal["record"]
-    if state.steps < step and journal["kind"] == "accept":
+    sha, n = journal.get("sha"), record.get("version")
+    reached = isinstance(sha, str) and n == state.best and state.best_version.sha == sha
+    if journal["kind"] == "accept" and not reached:
+        # Killed before its commit point (run.json): its commit is let go. Also when the step is
+        # already counted: a command that recorded it so was killed before its record, and the
+        # journal's own "accepted" record must not be appended for a version run.json never held
+        # (`avo recover` then adopted a commit pushed under it: red team, round ten).
+        counted = state.steps >= step
+        if counted and any(r.get("kind") == "submit" and r.get("step") == step for r in read_trajectory(paths)):
+            paths.journal.unlink(missing_ok=True)  # a copy put back after its step was recorded
+            return
         lineage.move_branch(state.best_version.sha)  # the work tree keeps the candidate
         body = {key: record.get(key) for key in ("step", "message", "tree", "best_before", "migrant", "usage")}
         confirmed = record.get("confirm") or {}
@@ -184,7 +194,7 @@ def _finish_journal(run: Run, notes: list[str]) -> None:
         why = (f"the submit was accepted at {fmt_number(record.get('scalar'))} but killed before its version "
                "was written to run.json; submit it again")
         notes.append(record_interrupted(run, {**body, "measured": journal.get("measured", record.get("tree"))},
-                                         draws, why))
+                                         draws, why, counted=counted))
         return
     newly_due = False  # the supervisor made due by this step: its line follows the record
     if state.steps < step:  # a rejection killed before its commit point: it was decided, so it is recorded

@@ -127,13 +127,16 @@ def _usage_add(state: RunState, usage: dict[str, Any] | None) -> None:
 # -- opening and recovery ------------------------------------------------------------------
 
 
-def record_interrupted(run: Run, body: dict[str, Any], draws: list[dict[str, Any]], why: str) -> str:
+def record_interrupted(run: Run, body: dict[str, Any], draws: list[dict[str, Any]], why: str,
+                       *, counted: bool = False) -> str:
     """Record a submit that ended before its decision as step ``body["step"]``, interrupted.
 
     It used a step (its draws were seen: a kill must cost what a rejection costs) and counts
     for nothing else but the best's re-measurements it finished: no decision, no failure. Its
     diff goes to rejected/; work/ keeps the candidate (a reset would destroy edits made since).
-    Returns the sentence that says so, for the caller's message.
+    Returns the sentence that says so, for the caller's message. ``counted``: run.json already
+    counts the step (a command recording it was killed before its record): only the record is
+    written.
     """
     paths, state, lineage = run.paths, run.state, run.lineage
     step = body["step"]
@@ -169,7 +172,8 @@ def record_interrupted(run: Run, body: dict[str, Any], draws: list[dict[str, Any
                   and isinstance(d.get("scalar"), (int, float)) and not isinstance(d.get("scalar"), bool)]
     if best_draws and isinstance(best_before, int):
         record["confirm"] = {"best": [d["scalar"] for d in best_draws], "best_draws": best_draws}
-        state.remeasured.setdefault(best_before, []).extend(d["scalar"] for d in best_draws)
+        if not counted:
+            state.remeasured.setdefault(best_before, []).extend(d["scalar"] for d in best_draws)
     since = body.get("time")
     if isinstance(since, (int, float)) and paths.logs.is_dir():
         # A draw that finished as the submit was killed is in its log before the journal has it:
@@ -177,19 +181,20 @@ def record_interrupted(run: Run, body: dict[str, Any], draws: list[dict[str, Any
         record["logs"] = sorted(p.name for p in paths.logs.iterdir()
                                 if p.is_file() and not p.is_symlink() and p.stat().st_mtime >= since - 1)[:50]
     was_due = state.supervisor.due
-    count_step(state, step, body.get("usage") if isinstance(body.get("usage"), dict) else None)
-    state.steps_since_best += 1  # no failure (failures_in_row stays), no rejected diff to repeat
-    update_supervisor(state, None, "interrupted")
-    save_state(paths, state)
+    if not counted:
+        count_step(state, step, body.get("usage") if isinstance(body.get("usage"), dict) else None)
+        state.steps_since_best += 1  # no failure (failures_in_row stays), no rejected diff to repeat
+        update_supervisor(state, None, "interrupted")
+        save_state(paths, state)
     append_trajectory(paths, record)
     paths.journal.unlink(missing_ok=True)
     if state.supervisor.due and not was_due:
         append_trajectory(paths, {"kind": "supervisor_due", "step": step, "reason": state.supervisor.reason})
-    counted = (f"; the {len(best_draws)} re-measurement(s) of v{best_before} it finished count"
-               if "confirm" in record else "")
+    kept = (f"; the {len(best_draws)} re-measurement(s) of v{best_before} it finished count"
+            if "confirm" in record else "")
     return (f"step {step} is recorded as interrupted, with the {len(draws)} draw(s) it had and its diff "
             f"({record['diff']}; `avo log --attempts`): a submit that began its evaluation uses its step "
-            f"however it ends; work/ keeps the candidate{counted}")
+            f"however it ends; work/ keeps the candidate{kept}")
 
 
 def kept_files_folder(diff_path: Path) -> Path:

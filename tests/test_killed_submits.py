@@ -395,3 +395,61 @@ def test_a_confirmation_killed_before_its_commit_point_counts_its_draws_of_the_b
     assert load_state(run.paths).remeasured == {0: best}
     assert _remeasured_draws(submits(run)) == best
     assert open_run(run.paths.root, runs_root).state.steps == 1
+
+
+def test_a_draw_of_the_best_counts_when_its_candidates_draw_is_killed(noisy_run: Run, runs_root: Path) -> None:
+    # Second pass on round ten: only draws of the best with a finished pair counted, so an agent
+    # that killed the candidate's evaluator whenever the best's draw before it came out high (the
+    # journal names each draw as it finishes) kept only the low ones, in a submit that ended
+    # normally. Here the candidate kills itself in its first confirmation draw.
+    run = noisy_run
+    drawn = int((run.paths.root.parent.parent / "counter").read_text())  # the submit's first draw
+    set_model(run.paths.work, 1.02, extra=(
+        "import os, signal\nfrom pathlib import Path\n"
+        f"if int(Path(os.environ['NOISE_COUNTER']).read_text()) == {drawn + 2}:\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"))
+    out = submit(run, "inside the band, its confirmation draw killed")
+    assert "a confirmation run failed" in out.reason, out.reason
+    record = submits(run)[-1]
+    best = record["confirm"]["best_draws"]
+    assert [d["label"] for d in best] == ["confirm0-best"] and record["confirm"]["best"] == [best[0]["scalar"]]
+    assert load_state(run.paths).remeasured == {0: [best[0]["scalar"]]}
+    assert open_run(run.paths.root, runs_root).state.steps == 1
+
+
+KILL_RECORD = """
+import os, signal, sys
+import avo.step_record as step_record
+
+def killed(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+step_record.append_trajectory = killed  # after run.json counts the step, before its record
+from avo.cli import main
+sys.argv = ["avo", "eval", "--run", sys.argv[1]]
+main()
+"""
+
+
+def test_a_killed_recording_of_a_killed_acceptance_never_records_it_accepted(
+        toy: Path, runs_root: Path, core_plugins: None) -> None:
+    # Second pass on round ten: the command recording an acceptance killed before its commit
+    # point was itself killed between run.json (the step counted) and its record; the next
+    # command then appended the journal's own "accepted" record for a v1 run.json never held,
+    # and `avo recover` adopted a commit the agent pushed under that line (code never measured).
+    run = _killed_before_commit_point(toy, runs_root, 5, "accept")
+    proc = subprocess.run([sys.executable, "-c", KILL_RECORD, str(run.paths.root)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr
+    assert load_state(run.paths).steps == 1 and run.paths.journal.exists()
+    reopened = open_run(run.paths.root, runs_root, check=False)
+    from avo.recovery import recover
+    from avo.state import run_lock
+
+    with run_lock(reopened.paths):
+        recover(reopened)
+    assert [(r["step"], r["outcome"]) for r in submits(run)] == [(1, "interrupted")]
+    state = load_state(run.paths)
+    assert state.steps == 1 and state.evaluations == 2 and len(state.versions) == 1
+    assert not run.paths.journal.exists()
+    assert open_run(run.paths.root, runs_root).state.steps == 1

@@ -351,9 +351,10 @@ def test_a_submit_stopped_by_a_changed_evaluator_uses_its_step_and_keeps_its_dra
     assert [d["notes"] for d in record["draws"]] == [f"draw {drawn + k}" for k in range(3)]
     assert all(d["scalar"] is not None and d["metrics"] for d in record["draws"])
     assert "+TAMPER" in (run.paths.root / record["diff"]).read_text()
-    # A step used, no decision, no re-measurement of v0 counted; work/ keeps the candidate.
+    # A step used, no decision; work/ keeps the candidate.
     state = open_run(run.paths.root, runs_root).state
-    assert state.steps == 1 and len(state.versions) == 1 and state.remeasured == {}
+    # (its finished draw of v0 counts: a kill must not choose which draws of the best count)
+    assert state.steps == 1 and len(state.versions) == 1 and state.remeasured == {0: [record["draws"][1]["scalar"]]}
     assert state.failures_in_row == 0 and state.steps_since_best == 1
     assert "QUALITY = 1.02" in (run.paths.work / "model.py").read_text()
     lines = CliRunner().invoke(app, ["log", "--attempts", "--run", str(run.paths.root)]).output.splitlines()

@@ -382,3 +382,40 @@ def test_a_moved_line_of_avos_is_the_only_one_set_aside(run: Run, how: str) -> N
     assert out.count("trajectory.jsonl line") == (1 if how == "newest-up" else 2), out
     out = _recover_keeps_every_version(run)
     assert out.count("set aside trajectory.jsonl line") == 1 and f"set aside trajectory.jsonl line {at}:" in out, out
+
+
+def _chained_junk(after: bytes, k: int) -> list[bytes]:
+    """``k`` unsigned lines of the agent's, each chained to the one before, the first to ``after``."""
+    out, last, seq = [], after, json.loads(after)["seq"]
+    for i in range(k):
+        seq += 1
+        line = json.dumps({"kind": "note", "seq": seq, "prev": line_hash(last), "text": f"j{i}"}).encode()
+        out.append(line)
+        last = line
+    return out
+
+
+def test_lines_of_the_agents_do_not_tip_the_reading_of_a_moved_line(run: Run) -> None:
+    # Second pass on round ten: the two readings were weighed by how many lines each named, so
+    # 20 unsigned lines chained onto the moved line (taken in by one reading, named by the other)
+    # chose the reading that set aside every line of avo's after it (best v4 -> v0).
+    code, out = avo(run, "eval")
+    assert code == 0, out
+    lines = _lines(run)
+    moved = lines[-1]
+    _write(run, [*lines[:2], moved, *lines[2:-1], *_chained_junk(moved, 20)])
+    out = _recover_keeps_every_version(run)
+    assert "set aside trajectory.jsonl line 3:" in out, out
+
+
+def test_a_line_of_the_agents_past_a_head_moved_back_does_not_end_the_chain(run: Run) -> None:
+    # run.json's chain head moved back onto line 3 (its own count and hash: not "moved") and one
+    # unsigned line chained onto line 3 after it: taken in as the chain's end past the head, it made
+    # every line of avo's after it a stranger, and one `avo recover` dropped v1 to v4.
+    lines = _lines(run)
+    new = [*lines[:3], *_chained_junk(lines[2], 1), *lines[3:]]
+    _write(run, new)
+    data = json.loads(run.paths.run_json.read_text())
+    data["chain"] = {"count": 3, "sha": line_hash(lines[2]), "end": sum(len(x) + 1 for x in lines[:3])}
+    run.paths.run_json.write_text(json.dumps(data, indent=1))
+    _recover_keeps_every_version(run)  # (the note stays, as any line of the agent's past the head)
