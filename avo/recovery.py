@@ -268,6 +268,35 @@ def _open_start(data: bytes, key: bytes | None, steps: int) -> dict[str, Any] | 
     return None
 
 
+def _start_set_aside(paths: RunPaths, steps: int) -> dict[str, Any] | None:
+    """The start line of step ``steps + 1`` (signed by avo) that the newest repair set aside, when
+    no line of avo's settles that step: a submit began there."""
+    from avo.chain import RECOVERED, parse, split_lines
+    from avo.run_key import trajectory_signatures
+
+    data = trajectory_bytes(paths)
+    lines = split_lines(data)[0]
+    signatures = trajectory_signatures(paths, data)
+    records = [parse(line) if STARTED.encode() in line or b'"submit' in line or RECOVERED.encode() in line else None
+               for line in lines]
+    repair = next((r for r, line in zip(reversed(records), reversed(lines), strict=True)
+                   if r is not None and r.get("kind") == RECOVERED and signatures.counts(line)), None)
+    if repair is None:
+        return None
+    for r, line in zip(records, lines, strict=True):
+        if (r is not None and r.get("kind") in ("submit", NOT_RUN) and r.get("step") == steps + 1
+                and signatures.counts(line)):
+            return None
+    for item in repair.get("acknowledged") or []:
+        n = item.get("line") if isinstance(item, dict) else None
+        if isinstance(n, int) and 0 < n <= len(lines):
+            r = records[n - 1]
+            if (r is not None and r.get("kind") == STARTED and r.get("step") == steps + 1
+                    and signatures.counts(lines[n - 1])):
+                return r
+    return None
+
+
 def _tail_damage(paths: RunPaths, state: RunState) -> str | None:
     """What ``avo recover`` would drop after the newest line of avo's that settles a step (where a
     killed submit's start line would be): lines cut from the end, a torn last line, a line broken
@@ -429,6 +458,13 @@ def restore_record(run: Run) -> list[str]:
                     "measured": None, "best_before": state.best}
             notes.append(record_interrupted(run, body, [], f"the trajectory's end was damaged after step {steps} "
                                                             f"({damage}): a submit may have begun there"))
+        elif (start := _start_set_aside(run.paths, state.steps)) is not None:
+            # Its start line moved or edited, then set aside: the kill it stood for still costs its
+            # step (an earlier step's lines moved after it did that for free: red team, round ten).
+            body = {"step": state.steps + 1, "message": start.get("message"), "tree": start.get("tree"),
+                    "measured": start.get("measured"),
+                    "best_before": start["best_before"] if isinstance(start.get("best_before"), int) else state.best}
+            notes.append(record_interrupted(run, body, [], f"{KILLED}; its start line was set aside by `avo recover`"))
         _restore_commits(run, notes)
         if recreated or run.lineage.head() != state.best_version.sha:
             run.lineage.move_branch(state.best_version.sha)  # the files in work/ stay: the candidate

@@ -26,6 +26,7 @@ NOT_RUN = "submit_not_run"  # ... and for one whose first job was refused before
 # A git argument taken from a record is only ever an object id (never an option such as --output=FILE).
 OBJECT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 BEST_DRAW = re.compile(r"confirm\d+-best")  # the label engine._confirm_runs gives a re-measurement of the best
+BEST_DRAWN = "best_drawn"  # the trajectory's kind for a draw of the best a submit finished
 
 
 def write_journal(paths: RunPaths, body: dict[str, Any], *, synced: bool = True) -> None:
@@ -74,11 +75,19 @@ class Started:
         self.run.paths.journal.unlink(missing_ok=True)
 
     def draw(self, ev: Evaluation) -> None:
-        """Keep ``ev`` in the journal (the draws a killed submit had are its record's)."""
+        """Keep ``ev`` in the journal (the draws a killed submit had are its record's); a draw of
+        the best also on the chain, as a signed line: the journal can be deleted or an older copy
+        of it put back after a kill (its finished draws of the best then counted nowhere: red
+        team, round ten), a line of the chain cannot go without a trace."""
         from avo.draws import draw_record
 
-        self.draws.append(draw_record(ev))
+        drawn = draw_record(ev)
+        self.draws.append(drawn)
         self._save()
+        if ev.label and BEST_DRAW.fullmatch(ev.label) and ev.scalar is not None:
+            step = self.body["step"]
+            append_trajectory(self.run.paths, {"kind": BEST_DRAWN, "id": f"step{step}-{ev.label}", "step": step,
+                                               "best_before": self.body.get("best_before"), "draw": drawn})
 
     def _save(self) -> None:
         write_journal(self.run.paths, {"kind": "started", **self.body, "draws": self.draws}, synced=False)
@@ -167,9 +176,10 @@ def record_interrupted(run: Run, body: dict[str, Any], draws: list[dict[str, Any
             record[key] = body[key]
     # The best's finished re-measurements count however the submit ended: left out, an agent
     # could kill each confirmation whose draws of the best came out high and let the low ones
-    # count, lowering the reference every first look compares with (red team, round 15).
-    best_draws = [d for d in draws if isinstance(d, dict) and BEST_DRAW.fullmatch(str(d.get("label")))
-                  and isinstance(d.get("scalar"), (int, float)) and not isinstance(d.get("scalar"), bool)]
+    # count, lowering the reference every first look compares with (red team, round ten).
+    best_draws = _best_draws(run.paths, step, draws)
+    draws = draws + [d for d in best_draws if d not in draws]
+    record["draws"] = draws
     if best_draws and isinstance(best_before, int):
         record["confirm"] = {"best": [d["scalar"] for d in best_draws], "best_draws": best_draws}
         if not counted:
@@ -195,6 +205,32 @@ def record_interrupted(run: Run, body: dict[str, Any], draws: list[dict[str, Any
     return (f"step {step} is recorded as interrupted, with the {len(draws)} draw(s) it had and its diff "
             f"({record['diff']}; `avo log --attempts`): a submit that began its evaluation uses its step "
             f"however it ends; work/ keeps the candidate{kept}")
+
+
+def _best_draws(paths: RunPaths, step: int, draws: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The draws of the best that step ``step`` finished: in ``draws`` (its journal's) and on the
+    chain (:data:`BEST_DRAWN` lines avo signed), each label once."""
+    from avo.chain import parse
+    from avo.run_key import trajectory_signatures
+    from avo.state import trajectory_bytes
+
+    def usable(d: Any) -> bool:
+        scalar = d.get("scalar") if isinstance(d, dict) else None
+        return (BEST_DRAW.fullmatch(str(d.get("label"))) is not None and isinstance(scalar, (int, float))
+                and not isinstance(scalar, bool))
+
+    out = {d["label"]: d for d in draws if usable(d)}
+    data = trajectory_bytes(paths) if paths.trajectory.exists() else b""
+    if BEST_DRAWN.encode() in data:
+        signatures = trajectory_signatures(paths, data)
+        for line in data.split(b"\n"):
+            if BEST_DRAWN.encode() not in line:
+                continue
+            r = parse(line)
+            if (r is not None and r.get("kind") == BEST_DRAWN and r.get("step") == step and usable(r.get("draw"))
+                    and signatures.counts(line)):
+                out.setdefault(r["draw"]["label"], r["draw"])
+    return list(out.values())
 
 
 def kept_files_folder(diff_path: Path) -> Path:

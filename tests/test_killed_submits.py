@@ -453,3 +453,72 @@ def test_a_killed_recording_of_a_killed_acceptance_never_records_it_accepted(
     assert state.steps == 1 and state.evaluations == 2 and len(state.versions) == 1
     assert not run.paths.journal.exists()
     assert open_run(run.paths.root, runs_root).state.steps == 1
+
+
+KEEP_JOURNAL = """
+import os, shutil, signal, sys
+import avo.engine as engine
+
+original, calls, run = engine._finish, 0, sys.argv[1]
+
+def wrapper(*args, **kwargs):
+    global calls
+    calls += 1
+    if calls == 2:  # the agent's copy of the journal as it stood before the 2nd draw was in it
+        shutil.copy(os.path.join(run, ".avo", "pending.json"), os.path.join(run, "older-journal.json"))
+    if calls == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return original(*args, **kwargs)
+
+engine._finish = wrapper
+from avo.cli import main
+sys.argv = ["avo", "submit", "-m", "same tree", "--run", run]
+main()
+"""
+
+
+@pytest.mark.parametrize("how", ["deleted", "older-copy-put-back"])
+def test_a_draw_of_the_best_counts_whatever_becomes_of_the_journal(
+        noisy_run: Run, runs_root: Path, how: str) -> None:
+    # Second pass on round ten: the finished draws of the best were only in the journal, so
+    # `rm pending.json` after the kill, or an older copy of it put back, left a high one out.
+    # Each is a signed line of the chain as it finishes now.
+    run = noisy_run
+    proc = subprocess.run([sys.executable, "-c", KEEP_JOURNAL, str(run.paths.root)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stdout + proc.stderr
+    drawn = journal_of(run)["draws"]
+    assert [d["label"] for d in drawn] == ["step1", "confirm0-best"]
+    if how == "deleted":
+        run.paths.journal.unlink()
+    else:
+        (run.paths.root / "older-journal.json").replace(run.paths.journal)
+        assert [d["label"] for d in journal_of(run)["draws"]] == ["step1"]  # avo's, signed
+    out = _recover(run)
+    assert "step 1 is recorded as interrupted" in out, out
+    [record] = submits(run)
+    assert record["confirm"]["best"] == [drawn[1]["scalar"]]
+    assert load_state(run.paths).remeasured == {0: [drawn[1]["scalar"]]}
+    assert open_run(run.paths.root, runs_root).state.remeasured == {0: [drawn[1]["scalar"]]}
+
+
+def test_moving_an_earlier_steps_lines_after_a_killed_start_still_costs_its_step(
+        noisy_run: Run, runs_root: Path) -> None:
+    # Second pass on round ten: after a kill of step 2 and `rm pending.json`, step 1's signed
+    # start and submit lines moved to the end made `avo recover` set the killed start line aside
+    # as out of place, and step 2 was never charged (a free re-roll). A start line of avo's that a
+    # repair sets aside, its step not settled, costs the step.
+    run = noisy_run
+    set_model(run.paths.work, 0.5)
+    assert submit(run, "much worse").step == 1
+    set_model(run.paths.work, 1.02)
+    killed_submit(run.paths.root, "_finish", 2)
+    run.paths.journal.unlink()
+    lines = _lines(run)
+    s = next(i for i, x in enumerate(lines) if json.loads(x)["kind"] == STARTED)
+    assert json.loads(lines[s + 1])["step"] == 1 and json.loads(lines[-1])["step"] == 2
+    run.paths.trajectory.write_bytes(b"\n".join([*lines[:s], *lines[s + 2:], lines[s], lines[s + 1]]) + b"\n")
+    out = _recover(run)
+    assert "step 2 is recorded as interrupted" in out, out
+    assert load_state(run.paths).steps == 2
+    assert open_run(run.paths.root, runs_root).state.steps == 2
