@@ -215,7 +215,9 @@ def _best_draws(paths: RunPaths, step: int, draws: list[dict[str, Any]]) -> list
     from avo.state import trajectory_bytes
 
     def usable(d: Any) -> bool:
-        scalar = d.get("scalar") if isinstance(d, dict) else None
+        if not isinstance(d, dict):
+            return False
+        scalar = d.get("scalar")
         return (BEST_DRAW.fullmatch(str(d.get("label"))) is not None and isinstance(scalar, (int, float))
                 and not isinstance(scalar, bool))
 
