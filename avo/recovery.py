@@ -183,7 +183,7 @@ def _finish_journal(run: Run, notes: list[str]) -> None:
         # journal's own "accepted" record must not be appended for a version run.json never held
         # (`avo recover` then adopted a commit pushed under it: red team, round ten).
         counted = state.steps >= step
-        if counted and any(r.get("kind") == "submit" and r.get("step") == step for r in read_trajectory(paths)):
+        if counted and _recorded(paths, step):
             paths.journal.unlink(missing_ok=True)  # a copy put back after its step was recorded
             return
         lineage.move_branch(state.best_version.sha)  # the work tree keeps the candidate
@@ -210,7 +210,7 @@ def _finish_journal(run: Run, notes: list[str]) -> None:
     # Its record in the trajectory: the submit was finished (the reset came before the
     # record), and this journal is one put back since (a copy of a genuine one, signed):
     # resetting again would delete what the agent wrote in work/ after it.
-    recorded = any(r.get("kind") == "submit" and r.get("step") == step for r in read_trajectory(paths))
+    recorded = _recorded(paths, step)
     if journal["kind"] == "accept":
         _finish_accepted(run, journal, notes)
     elif not recorded:
@@ -268,10 +268,15 @@ def _open_start(data: bytes, key: bytes | None, steps: int) -> dict[str, Any] | 
     return None
 
 
+def _recorded(paths: RunPaths, step: int) -> bool:
+    """Whether the trajectory holds a ``submit`` record of ``step``."""
+    return any(r.get("kind") == "submit" and r.get("step") == step for r in read_trajectory(paths))
+
+
 def _start_set_aside(paths: RunPaths, steps: int) -> dict[str, Any] | None:
-    """The start line of step ``steps + 1`` (signed by avo) that the newest repair set aside, when
-    no line of avo's settles that step: a submit began there."""
-    from avo.chain import RECOVERED, parse, split_lines
+    """The start line of step ``steps + 1`` (signed by avo) that a repair set aside, when no line
+    of avo's settles that step: a submit began there."""
+    from avo.chain import RECOVERED, acknowledged, line_hash, parse, split_lines
     from avo.run_key import trajectory_signatures
 
     data = trajectory_bytes(paths)
@@ -279,21 +284,14 @@ def _start_set_aside(paths: RunPaths, steps: int) -> dict[str, Any] | None:
     signatures = trajectory_signatures(paths, data)
     records = [parse(line) if STARTED.encode() in line or b'"submit' in line or RECOVERED.encode() in line else None
                for line in lines]
-    repair = next((r for r, line in zip(reversed(records), reversed(lines), strict=True)
-                   if r is not None and r.get("kind") == RECOVERED and signatures.counts(line)), None)
-    if repair is None:
+    if any(r is not None and r.get("kind") in ("submit", NOT_RUN) and r.get("step") == steps + 1
+           and signatures.counts(line) for r, line in zip(records, lines, strict=True)):
         return None
-    for r, line in zip(records, lines, strict=True):
-        if (r is not None and r.get("kind") in ("submit", NOT_RUN) and r.get("step") == steps + 1
-                and signatures.counts(line)):
-            return None
-    for item in repair.get("acknowledged") or []:
-        n = item.get("line") if isinstance(item, dict) else None
-        if isinstance(n, int) and 0 < n <= len(lines):
-            r = records[n - 1]
-            if (r is not None and r.get("kind") == STARTED and r.get("step") == steps + 1
-                    and signatures.counts(lines[n - 1])):
-                return r
+    for n, sha in acknowledged(records, lines, signatures.counts).items():
+        r = records[n - 1] if 0 < n <= len(lines) else None
+        if (r is not None and r.get("kind") == STARTED and r.get("step") == steps + 1
+                and line_hash(lines[n - 1]) == sha and signatures.counts(lines[n - 1])):
+            return r
     return None
 
 
